@@ -1,0 +1,138 @@
+"""All of the check's HTTP: one httpx client, hard time and size limits, typed errors.
+
+Every failure becomes a FetchError whose `kind` the verdict understands ("down" for a server
+that cannot be reached at all, "timeout" and "protocol" for one that does not answer properly)
+and whose message an operator can act on. Nothing here raises anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+DEFAULT_MAX_BYTES = 8 << 20  # a real /metrics page is ~55 KB; 8 data-parallel engines ~0.5 MB
+
+
+class FetchError(Exception):
+    def __init__(self, kind: str, detail: str, status: int | None = None) -> None:
+        super().__init__(detail)
+        self.kind = kind  # "down" | "timeout" | "protocol" | "status" | "too large"
+        self.detail = detail
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str
+    seconds: float
+    sent: int  # request bytes, for the bench
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return None
+
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how to talk to one vLLM server."""
+
+    url: str
+    api_key: str | None = None
+    ca_file: str | None = None
+    insecure: bool = False
+    connect_timeout: float = 5.0
+    max_bytes: int = DEFAULT_MAX_BYTES
+
+    def client(self) -> httpx.Client:
+        verify: bool | ssl.SSLContext
+        if not self.url.startswith("https:") or self.insecure:
+            verify = False  # plain http needs no CA bundle: loading one is most of a client's start-up
+        elif self.ca_file:
+            verify = ssl.create_default_context(cafile=self.ca_file)
+        else:
+            verify = True
+        return httpx.Client(
+            verify=verify, trust_env=False, follow_redirects=True, max_redirects=3,
+            headers={"User-Agent": "check_vllm", "Accept-Encoding": "gzip, identity"},
+        )
+
+
+def _why_connect_failed(err: Exception) -> str:
+    text = str(err)
+    chain: BaseException | None = err
+    while chain is not None:
+        if isinstance(chain, ssl.SSLError):
+            reason = getattr(chain, "reason", None) or chain.__class__.__name__
+            return f"TLS handshake failed ({reason})"
+        chain = chain.__cause__ or chain.__context__
+    low = text.lower()
+    if "name or service not known" in low or "name resolution" in low or "nodename" in low or "no address" in low:
+        return "DNS lookup failed"
+    if "refused" in low:
+        return "connection refused"
+    return f"cannot connect ({text or err.__class__.__name__})"
+
+
+def request(
+    client: httpx.Client, endpoint: Endpoint, method: str, path: str, timeout: float,
+    body: dict[str, Any] | None = None, auth: bool = False,
+) -> Response:
+    """One request with a deadline for the whole exchange, body included, and a size cap."""
+    url = endpoint.url.rstrip("/") + path
+    headers = {}
+    if auth and endpoint.api_key:
+        headers["Authorization"] = f"Bearer {endpoint.api_key}"
+    content = json.dumps(body).encode() if body is not None else None
+    if content is not None:
+        headers["Content-Type"] = "application/json"
+    limits = httpx.Timeout(timeout, connect=min(endpoint.connect_timeout, timeout))
+    started = time.monotonic()
+    deadline = started + timeout
+    where = f"{method} {path}"
+    try:
+        with client.stream(method, url, headers=headers, content=content, timeout=limits) as resp:
+            chunks, size = [], 0
+            for chunk in resp.iter_bytes():  # decoded: the cap also stops a gzip bomb
+                size += len(chunk)
+                if size > endpoint.max_bytes:
+                    raise FetchError("too large", f"{where} sent more than {endpoint.max_bytes // 1024} KiB; stopped reading",
+                                     resp.status_code)
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise FetchError("timeout", f"{where} body still arriving after {timeout:g} s", resp.status_code)
+            data = b"".join(chunks)
+            sent = len(content or b"") + len(method) + len(path) + 100
+            return Response(resp.status_code, data, resp.headers.get("content-type", ""),
+                            time.monotonic() - started, sent)
+    except FetchError:
+        raise
+    except httpx.ConnectTimeout:
+        raise FetchError("timeout", f"{where}: no connection within {min(endpoint.connect_timeout, timeout):g} s") from None
+    except httpx.ConnectError as err:
+        raise FetchError("down", _why_connect_failed(err)) from None
+    except httpx.TimeoutException:
+        raise FetchError("timeout", f"{where} timed out after {timeout:g} s") from None
+    except httpx.TooManyRedirects:
+        raise FetchError("protocol", f"{where}: too many redirects") from None
+    except httpx.DecodingError:
+        raise FetchError("protocol", f"{where} sent an undecodable body") from None
+    except httpx.UnsupportedProtocol as err:
+        raise FetchError("protocol", f"{where}: {err}") from None
+    except (httpx.HTTPError, httpx.InvalidURL, ssl.SSLError, OSError, ValueError) as err:
+        detail = str(err) or err.__class__.__name__
+        if "refused" in detail.lower():
+            raise FetchError("down", "connection refused") from None
+        raise FetchError("protocol", f"{where}: {detail[:200]}") from None
+

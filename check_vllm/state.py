@@ -1,0 +1,166 @@
+"""The small JSON file that carries the previous reading from one check run to the next.
+
+Written atomically (temp file, fsync, rename) so a reader never sees half a file; guarded by an
+flock on a side file so two runs on one target take turns; versioned, so a file from another
+version or target costs one baseline reading, never a false verdict. Symlinks are not followed.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+FORMAT = "check_vllm-state"
+VERSION = 1
+MAX_BYTES = 1 << 20  # a state file is a few KB; anything bigger is not ours
+
+
+class StateError(Exception):
+    """The state could not be locked or saved; the message says why, for the status line."""
+
+
+def default_dir(env: dict[str, str] | None = None) -> Path:
+    """$MP_STATE_PATH, $NAGIOS_PLUGIN_STATE_DIRECTORY, /var/lib/check_vllm if usable, else XDG."""
+    env = dict(os.environ) if env is None else env
+    for var in ("MP_STATE_PATH", "NAGIOS_PLUGIN_STATE_DIRECTORY"):
+        if env.get(var):
+            return Path(env[var]) / "check_vllm" if var == "MP_STATE_PATH" else Path(env[var])
+    system = Path("/var/lib/check_vllm")
+    if os.access(system, os.W_OK | os.X_OK) or (not system.exists() and os.access(system.parent, os.W_OK)):
+        return system
+    xdg = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "state")
+    return Path(xdg) / "check_vllm"
+
+
+def target_key(url: str, mode: str) -> str:
+    return f"{mode} {url.rstrip('/')}"
+
+
+def state_path(state_dir: Path, url: str, mode: str) -> Path:
+    digest = hashlib.sha256(target_key(url, mode).encode()).hexdigest()[:20]
+    return Path(state_dir) / f"vllm-{digest}.json"
+
+
+def _open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise StateError(f"{path} is a symlink; not following it") from None
+        raise
+
+
+class StateFile:
+    """Lock, load and save one target's state. Use as a context manager: the lock spans the run."""
+
+    def __init__(self, path: Path, target: str, lock_timeout: float = 10.0) -> None:
+        self.path = Path(path)
+        self.target = target
+        self.lock_timeout = lock_timeout
+        self._lock_fd: int | None = None
+
+    def __enter__(self) -> StateFile:
+        self.lock()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.unlock()
+
+    def lock(self) -> None:
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = _open_nofollow(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT)
+        except OSError as err:
+            raise StateError(f"cannot open state lock in {self.path.parent}: {err.strerror}") from None
+        deadline = time.monotonic() + self.lock_timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise StateError(
+                        f"another check_vllm run on this target held the state lock for {self.lock_timeout:.0f} s"
+                    ) from None
+                time.sleep(0.05)
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def load(self) -> tuple[dict[str, Any], str | None]:
+        """The saved data, or ({}, why) when there is none usable: the run then takes a baseline."""
+        try:
+            fd = _open_nofollow(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return {}, None
+        except (OSError, StateError) as err:
+            return {}, f"state file unreadable ({getattr(err, 'strerror', None) or err})"
+        try:
+            with os.fdopen(fd, "rb") as fh:
+                raw = fh.read(MAX_BYTES + 1)
+        except OSError as err:
+            return {}, f"state file unreadable ({err.strerror})"
+        if len(raw) > MAX_BYTES:
+            return {}, "state file too large; ignored"
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return {}, "state file corrupt; starting a new baseline"
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            return {}, "state file not ours; starting a new baseline"
+        if doc.get("version") != VERSION:
+            return {}, f"state file version {doc.get('version')!r} is not {VERSION}; starting a new baseline"
+        if doc.get("target") != self.target:
+            return {}, "state file belongs to another target; starting a new baseline"
+        data = doc.get("data")
+        return (data, None) if isinstance(data, dict) else ({}, "state file corrupt; starting a new baseline")
+
+    def save(self, data: dict[str, Any]) -> None:
+        doc = {"format": FORMAT, "version": VERSION, "target": self.target, "written": time.time(), "data": data}
+        body = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.path.parent)
+        except OSError as err:
+            raise StateError(f"cannot write state in {self.path.parent}: {err.strerror}") from None
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(body)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.path)  # replaces a planted symlink itself, never its target
+        except OSError as err:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise StateError(f"cannot write state {self.path}: {err.strerror}") from None
+
+
+def marker_path(state_dir: Path, url: str) -> Path:
+    """Where the restart handler notes that it restarted this server (read by the check)."""
+    digest = hashlib.sha256(target_key(url, "restart").encode()).hexdigest()[:20]
+    return Path(state_dir) / f"vllm-{digest}.restart.json"
+
+
+def read_marker(path: Path) -> float | None:
+    """Wall-clock time of the last restart the handler made, or None."""
+    try:
+        fd = _open_nofollow(path, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as fh:
+            doc = json.loads(fh.read(MAX_BYTES).decode("utf-8"))
+        at = float(doc["restarted_at"])
+    except (OSError, StateError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+    return at if at == at and abs(at) != float("inf") else None
