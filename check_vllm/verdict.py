@@ -424,7 +424,7 @@ def _too_soon(state: dict[str, Any], reading: Reading, g: dict[str, float | None
     word, code = last.get("word"), last.get("state")
     if word not in ("busy", "stalling", "stuck", "idle", "restarted") or code not in (OK, WARNING, CRITICAL):
         word, code = "busy" if reading.work > 0 else "idle", OK
-    text = f"{_counts(g)} (as {_fmt_seconds(gap)} ago: too soon to compare again)"
+    text = f"{_counts(g)} (verdict of {_fmt_seconds(gap)} ago repeated: too soon to compare)"
     engines = last.get("engines") if isinstance(last.get("engines"), dict) else {}
     stall = state.get("stall") if isinstance(state.get("stall"), dict) else {}
     stalled = max((now - _num(s.get("since"), now) for s in stall.values() if isinstance(s, dict)), default=0.0)
@@ -436,18 +436,18 @@ def _engine_text(words: dict[str, str], stall: dict[str, dict[str, float]], read
                  now: float, settings: Settings) -> str:
     """Name the engines that are not well, with how long and over how many readings."""
     parts = []
+    several = len(reading.engines) > 1
     for name, word in sorted(words.items()):
         if word not in ("stuck", "stalling"):
             continue
         s = stall[name]
-        label = _label(name, reading)
         e = reading.engines[name]
-        need = "" if word == "stuck" else f" (stuck after {settings.stuck_readings} and {_fmt_seconds(settings.stuck_seconds)})"
-        who = f"{label} " if label else ""
-        parts.append(f"{who}no progress for {_fmt_seconds(now - s['since'])} over {s['count']:.0f} "
-                     f"reading{'s' if s['count'] != 1 else ''}{need} with {e.running:.0f} running, {e.waiting:.0f} waiting")
-    if parts and len(reading.engines) > 1:
-        others = [f"engine {n} {w}" for n, w in sorted(words.items()) if w not in ("stuck", "stalling")]
-        parts.extend(others)
+        need = "" if word == "stuck" else (
+            f" (stuck at {settings.stuck_readings} readings and {_fmt_seconds(settings.stuck_seconds)})")
+        readings = f"{s['count']:.0f} reading{'s' if s['count'] != 1 else ''}"
+        where = f"engine {name} with {e.running:.0f} running, {e.waiting:.0f} waiting: " if several else ""
+        parts.append(f"{where}no progress for {_fmt_seconds(now - s['since'])} over {readings}{need}")
+    if several:
+        parts.extend(f"engine {n} {w}" for n, w in sorted(words.items()) if w not in ("stuck", "stalling"))
         return "; ".join(parts) + "; total "
     return "; ".join(parts) + ("; " if parts else "")

@@ -1,0 +1,205 @@
+"""Command line -> a Run -> one verdict. Exit codes follow the plugin API: 0, 1, 2, and 3 for usage."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
+
+from . import __version__
+
+PROG = "check_vllm"
+
+EPILOG = """\
+verdicts (first word of the status text):
+  busy          OK        work present and progress since the previous reading
+  stalling      WARNING   work present, no progress yet, not proven stuck
+  stuck         CRITICAL  no progress over --stuck-readings comparisons spanning --stuck-seconds,
+                          or an idle engine left a 1-token probe unanswered without progress
+  idle          OK        no work; the 1-token probe answered (the only run that sends inference)
+  restarted     OK        new server process: new baseline, counters of two processes never compared
+  sleeping      OK        vllm:engine_sleep_state says asleep
+  starting      WARNING   not serving yet, within the grace period after check_vllm_restart restarted it
+  down          CRITICAL  connection refused, DNS or TLS failure
+  unresponsive  WARNING   /metrics timed out or answered 5xx; CRITICAL once it lasts as long as stuck needs
+  no metrics    WARNING   no usable /metrics; /v1/models answers (CRITICAL if it does not)
+  proxy         OK/CRIT   --proxy: /v1/models only
+
+perfdata:
+  tokens_per_second         generated tokens/s    vllm:generation_tokens_total
+  prompt_tokens_per_second  prompt tokens/s       vllm:prompt_tokens_total
+  steps_per_second          engine steps/s        vllm:iteration_tokens_total_count
+  running                   requests running      vllm:num_requests_running
+  waiting                   requests queued       vllm:num_requests_waiting (-w/-c)
+  kv_cache_usage            %, fullest engine     vllm:kv_cache_usage_perc (--kv-warning/--kv-critical)
+  probe_seconds             probe latency, s      only when the idle probe ran
+  stalled_seconds           s without progress while work is present
+
+exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad usage, --help, --version, the -t timeout).
+The API key is read from $VLLM_API_KEY or --api-key-file, never from the command line.
+"""
+
+
+class UsageError(Exception):
+    pass
+
+
+class Deadline(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _positive(kind: type) -> Any:
+    def convert(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value < 0 or value != value or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a finite number >= 0: {text!r}")
+        return value
+    return convert
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Tell a busy vLLM server from a stuck one, without using its request slots.",
+                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c = p.add_argument_group("server")
+    c.add_argument("-u", "--url", default="http://127.0.0.1:8000", help="vLLM server base URL (default: %(default)s)")
+    c.add_argument("--proxy", action="store_true",
+                   help="the URL is a load balancer: read only /v1/models (each /metrics read could hit another backend)")
+    c.add_argument("--api-key-file", metavar="FILE", help="file holding the API key (else $VLLM_API_KEY)")
+    c.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify an https URL")
+    c.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    d = p.add_argument_group("decision")
+    d.add_argument("--stuck-readings", type=_positive(int), default=2, metavar="N",
+                   help="comparisons without progress before stuck (default: %(default)s)")
+    d.add_argument("--stuck-seconds", type=_positive(float), default=120.0, metavar="S",
+                   help="and wall-clock seconds without progress before stuck; 0: readings alone decide "
+                        "(default: %(default)g)")
+    d.add_argument("--min-gap", type=_positive(float), default=2.0, metavar="S",
+                   help="runs closer than this repeat the last verdict instead of comparing (default: %(default)g)")
+    d.add_argument("--reread-delay", type=_positive(float), default=3.0, metavar="S",
+                   help="with no previous reading and work present, read again after S seconds (default: %(default)g)")
+    d.add_argument("--max-age", type=_positive(float), default=3600.0, metavar="S",
+                   help="a previous reading older than this is no baseline (default: %(default)g)")
+    pr = p.add_argument_group("idle probe")
+    pr.add_argument("--probe-timeout", type=_positive(float), default=10.0, metavar="S",
+                    help="seconds the 1-token completion may take when idle (default: %(default)g)")
+    pr.add_argument("--no-probe", action="store_true", help="never send a completion; idle is judged on /metrics")
+    pr.add_argument("--model", help="model to probe (default: the model_name in /metrics, else the first of /v1/models)")
+    t = p.add_argument_group("thresholds (Nagios range syntax, e.g. 20, 10:, @5:10)")
+    t.add_argument("-w", "--waiting-warning", metavar="RANGE", help="waiting requests")
+    t.add_argument("-c", "--waiting-critical", metavar="RANGE", help="waiting requests")
+    t.add_argument("--kv-warning", metavar="RANGE", help="KV-cache usage in %% (fullest engine)")
+    t.add_argument("--kv-critical", metavar="RANGE", help="KV-cache usage in %% (fullest engine)")
+    g = p.add_argument_group("run")
+    g.add_argument("--state-dir", metavar="DIR", help="where the state file lives (default: $MP_STATE_PATH, "
+                   "$NAGIOS_PLUGIN_STATE_DIRECTORY, /var/lib/check_vllm, else the XDG state dir)")
+    g.add_argument("-t", "--timeout", type=_positive(float), default=30.0, metavar="S",
+                   help="whole run, UNKNOWN beyond it (default: %(default)g)")
+    g.add_argument("-v", "--verbose", action="count", default=0, help="more output (repeatable)")
+    g.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
+    return p
+
+
+def _validate(args: argparse.Namespace) -> None:
+    url = urlsplit(args.url)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise UsageError(f"--url must look like http://HOST:PORT, not {args.url!r}")
+    if args.stuck_readings < 1:
+        raise UsageError("--stuck-readings must be at least 1")
+    if args.timeout < 2:
+        raise UsageError("--timeout must be at least 2 seconds")
+    from nagiosplugin import Range
+
+    for opt in ("waiting_warning", "waiting_critical", "kv_warning", "kv_critical"):
+        spec = getattr(args, opt)
+        if spec is not None:
+            try:
+                Range(spec)
+            except ValueError as err:
+                raise UsageError(f"--{opt.replace('_', '-')}: {err}") from None
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    if args.api_key_file:
+        try:
+            with open(args.api_key_file, encoding="utf-8") as fh:
+                key = fh.readline().strip()
+        except (OSError, UnicodeDecodeError) as err:
+            raise UsageError(f"cannot read --api-key-file: {getattr(err, 'strerror', None) or err}") from None
+        if not key:
+            raise UsageError("--api-key-file is empty")
+        return key
+    return os.environ.get("VLLM_API_KEY") or None
+
+
+def _unknown(message: str) -> NoReturn:
+    print(f"VLLM UNKNOWN - {message}")
+    sys.exit(3)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    started = time.monotonic()
+    try:
+        args = parser().parse_args(argv)
+        _validate(args)
+        api_key = _api_key(args)
+    except UsageError as err:
+        _unknown(f"usage: {err} (see --help)")
+    except SystemExit:
+        sys.exit(3)  # --help and --version printed; the plugin API wants UNKNOWN for both
+
+    from .fetch import Endpoint
+    from .observe import Options
+    from .plugin import Run, build
+    from .state import default_dir
+    from .verdict import Settings
+
+    waiting_for = ["start-up"]
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise Deadline(f"timed out after {args.timeout:g} s waiting for {waiting_for[0]}")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, max(args.timeout - (time.monotonic() - started), 0.1))
+    try:
+        run = Run(
+            endpoint=Endpoint(args.url, api_key=api_key, ca_file=args.ca_file, insecure=args.insecure),
+            settings=Settings(stuck_readings=args.stuck_readings, stuck_seconds=args.stuck_seconds,
+                              min_gap=args.min_gap, max_age=args.max_age),
+            options=Options(proxy=args.proxy, probe=not args.no_probe, model=args.model,
+                            probe_timeout=args.probe_timeout, reread_delay=args.reread_delay),
+            state_dir=Path(args.state_dir) if args.state_dir else default_dir(),
+            # leave a second for the state file and the output, so our own verdicts beat the alarm
+            deadline=started + args.timeout - 1.0,
+            lock_timeout=min(10.0, args.timeout / 3),
+            doing=lambda what: waiting_for.__setitem__(0, what),
+        )
+        check = build(run, (args.waiting_warning, args.waiting_critical), (args.kv_warning, args.kv_critical))
+        check.main(verbose=args.verbose, timeout=0)
+    except Deadline as err:
+        _unknown(str(err))
+    except SystemExit:
+        raise
+    except BaseException as err:  # noqa: BLE001 - the plugin API has no room for a traceback on stdout
+        traceback.print_exc(file=sys.stderr)
+        _unknown(f"internal error: {err.__class__.__name__}: {err}")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()
