@@ -81,8 +81,8 @@ class Server(nagiosplugin.Resource):
         except StateError as err:
             raise nagiosplugin.CheckError(str(err)) from None
         try:
-            state, self.state_note = store.load()
-            state = state or {}
+            state, note = store.load()
+            self.state_note = note or ""
             marker = read_marker(marker_path(run.state_dir, run.endpoint.url))
             with run.endpoint.client() as client:
                 verdict = observe(client, run.endpoint, state, run.settings, run.options,

@@ -232,7 +232,7 @@ def assess(state: dict[str, Any] | None, reading: Reading, settings: Settings, n
     ):
         return _too_soon(state, reading, g, gap, now)
 
-    stall_in = state.get("stall") if isinstance(state.get("stall"), dict) else {}
+    stall_in = _sub(state, "stall")
     stall: dict[str, dict[str, float]] = {}
     words: dict[str, str] = {}
     for name, cur in reading.engines.items():
@@ -246,7 +246,7 @@ def assess(state: dict[str, Any] | None, reading: Reading, settings: Settings, n
         elif p is None:
             words[name] = "busy"  # an engine we have not seen: nothing to compare yet
         else:
-            old = stall_in.get(name) if isinstance(stall_in.get(name), dict) else {}
+            old = _sub(stall_in, name)
             since, count = _num(old.get("since"), at), _num(old.get("count"), 0.0)
             if since > now:
                 since, count = at, 0.0
@@ -271,7 +271,9 @@ def assess(state: dict[str, Any] | None, reading: Reading, settings: Settings, n
     text = _engine_text(words, stall, reading, now, settings) + _counts(g)
     if rates["tokens_per_second"] is not None and word == "busy":
         text += f", {rates['tokens_per_second']:.1f} tok/s"
-    return _finish(new, word, state_code, text, g, engines=words, stalled=stalled, **rates)
+    return _finish(new, word, state_code, text, g, engines=words, stalled=stalled,
+                   tokens_per_second=rates["tokens_per_second"], prompt_tokens_per_second=rates["prompt_tokens_per_second"],
+                   steps_per_second=rates["steps_per_second"])
 
 
 def after_probe(
@@ -341,7 +343,7 @@ def assess_failure(
         state.pop("unresponsive", None)
         return _finish(state, "down", CRITICAL, failure.detail, {}, now=now)
     if failure.kind == "unresponsive":
-        old = state.get("unresponsive") if isinstance(state.get("unresponsive"), dict) else {}
+        old = _sub(state, "unresponsive")
         since, count = _num(old.get("since"), now), _num(old.get("count"), 0.0) + 1
         if since > now:
             since, count = now, 1.0
@@ -360,6 +362,12 @@ def assess_failure(
 
 
 # --------------------------------------------------------------------------- verdict builders
+
+
+def _sub(mapping: dict[str, Any], key: str) -> dict[str, Any]:
+    """A nested dict of the state, or {} when a hand-edited or foreign file put anything else there."""
+    value = mapping.get(key)
+    return value if isinstance(value, dict) else {}
 
 
 def _num(value: Any, default: float) -> float:
@@ -420,13 +428,13 @@ def _restarted(state: dict[str, Any], reading: Reading, why: str, g: dict[str, f
 
 def _too_soon(state: dict[str, Any], reading: Reading, g: dict[str, float | None], gap: float, now: float) -> Verdict:
     """Runs closer together than min_gap: keep the older baseline and repeat the last verdict."""
-    last = state.get("verdict") if isinstance(state.get("verdict"), dict) else {}
+    last = _sub(state, "verdict")
     word, code = last.get("word"), last.get("state")
     if word not in ("busy", "stalling", "stuck", "idle", "restarted") or code not in (OK, WARNING, CRITICAL):
         word, code = "busy" if reading.work > 0 else "idle", OK
     text = f"{_counts(g)} (verdict of {_fmt_seconds(gap)} ago repeated: too soon to compare)"
-    engines = last.get("engines") if isinstance(last.get("engines"), dict) else {}
-    stall = state.get("stall") if isinstance(state.get("stall"), dict) else {}
+    engines = _sub(last, "engines")
+    stall = _sub(state, "stall")
     stalled = max((now - _num(s.get("since"), now) for s in stall.values() if isinstance(s, dict)), default=0.0)
     return Verdict(word=word, state=code, text=text, new_state=state, engines=engines,
                    running=g["running"], waiting=g["waiting"], kv_cache=g["kv_cache"], stalled_seconds=stalled)
