@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType, TracebackType
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -45,6 +45,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
+
+if TYPE_CHECKING:  # typing.Self is 3.11+, the package still installs on 3.10
+    from typing import Self
 
 __all__ = [
     "SCENARIOS",
@@ -394,7 +397,7 @@ class Simulator:
         with self._cond:
             return self._start_time
 
-    def start(self) -> Simulator:
+    def start(self) -> Self:
         """Bind and serve in a daemon thread; in scenario ``dead`` the port is bound once, then closed."""
         with self._life:
             if self._started:
@@ -416,7 +419,7 @@ class Simulator:
             self._close_listener()
             self._started = False
 
-    def __enter__(self) -> Simulator:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(
@@ -433,6 +436,12 @@ class Simulator:
         The timed form exists for subprocess tests: a simulator made ``dead`` over HTTP cannot be reached to
         bring it back, so it brings itself back.
         """
+        self._set_scenario(name, seconds=seconds, then=then)
+
+    def _set_scenario(
+        self, name: str, *, seconds: float | None, then: str, keep: socket.socket | None = None
+    ) -> None:
+        """set_scenario, sparing connection ``keep`` when going dead (the control call that asked for it)."""
         for candidate in (name, then):
             if candidate not in SCENARIOS:
                 raise ValueError(f"unknown scenario {candidate!r}; known: {', '.join(SCENARIOS)}")
@@ -448,7 +457,7 @@ class Simulator:
                 self._cond.notify_all()
             if self._started and not self._stopping:
                 if name == "dead" and old != "dead":
-                    self._close_listener()
+                    self._close_listener(keep=keep)
                 elif old == "dead" and name != "dead":
                     self._open_listener()
             if seconds is not None:
@@ -493,25 +502,29 @@ class Simulator:
                 self._engines.append(_EngineCounters())
         if name == "restarted" or restart:
             self._restart_locked()
+        self._settle_kv_locked(now)
+
+    def _restart_locked(self) -> None:
+        self._start_time = max(time.time(), self._start_time + 0.001)
+        self._engines = [_EngineCounters() for _ in self._engines]
+        self._http_counts.clear()
+        self._settle_kv_locked(time.monotonic())
+
+    def _settle_kv_locked(self, now: float) -> None:
+        """Give each engine a KV usage that fits its new mode at once, not only after the next advance.
+
+        A stuck engine keeps what it had (it is frozen), but work present means some cache is in use.
+        """
         for index, engine in enumerate(self._engines):
             mode = self._mode(index)
             if mode is _Mode.STUCK and engine.kv_usage == 0.0:
                 engine.kv_usage = KV_STUCK
             elif mode is _Mode.BUSY:
                 engine.kv_usage = self._busy_kv(now)
+            elif mode is _Mode.PREFILL:
+                engine.kv_usage = max(engine.kv_usage, KV_PREFILL_START)
             elif mode in (_Mode.IDLE, _Mode.SLEEPING):
                 engine.kv_usage = 0.0
-
-    def _restart_locked(self) -> None:
-        self._start_time = max(time.time(), self._start_time + 0.001)
-        self._engines = [_EngineCounters() for _ in self._engines]
-        self._http_counts.clear()
-        now = time.monotonic()
-        for index, engine in enumerate(self._engines):
-            if self._mode(index) is _Mode.BUSY:
-                engine.kv_usage = self._busy_kv(now)
-            elif self._mode(index) is _Mode.STUCK:
-                engine.kv_usage = KV_STUCK
 
     def _mode(self, engine: int) -> _Mode:
         scenario = self._scenario
@@ -570,9 +583,8 @@ class Simulator:
 
     def _timed_switch(self, generation: int, then: str) -> None:
         with self._life:
-            if generation != self._generation or self._stopping:
-                return
-        self.set_scenario(then)
+            if generation == self._generation and not self._stopping:
+                self.set_scenario(then)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -595,7 +607,7 @@ class Simulator:
         self._thread = thread
         thread.start()
 
-    def _close_listener(self) -> None:
+    def _close_listener(self, keep: socket.socket | None = None) -> None:
         server, thread = self._server, self._thread
         self._server = None
         self._thread = None
@@ -603,7 +615,7 @@ class Simulator:
             return
         server.shutdown()
         server.server_close()
-        server.drop_connections()
+        server.drop_connections(keep=keep)
         if thread is not None:
             thread.join(timeout=5.0)
 
@@ -618,6 +630,14 @@ class Simulator:
         with self._cond:
             entry = self._http_counts.setdefault(key, [0.0, time.time()])
             entry[0] += 1.0
+
+    def _slow_wait(self) -> bool:
+        """Hold a ``/metrics`` answer for ``slow_seconds``; False if the server died or stopped meanwhile."""
+        with self._cond:
+            gone = self._cond.wait_for(
+                lambda: self._stopping or self._scenario == "dead", timeout=self.slow_seconds
+            )
+            return not gone
 
     def _is_dead(self) -> bool:
         with self._cond:
@@ -745,11 +765,9 @@ class Simulator:
             waiting.add_metric(values, float(bg_waiting + real_waiting))
             kv.add_metric(values, engine.kv_usage)
             asleep = self._mode(index) is _Mode.SLEEPING
+            states = {"awake": not asleep, "weights_offloaded": asleep, "discard_all": False}
             for state in SLEEP_STATES:
-                on = (state == "awake") != asleep if state != "discard_all" else False
-                if state == "weights_offloaded":
-                    on = asleep
-                sleep.add_metric([*values, state], 1.0 if on else 0.0)
+                sleep.add_metric([*values, state], 1.0 if states[state] else 0.0)
             cache_info.add_metric([*values, "16", "auto", "True", "0.9", "4096", "0"], 1.0)
             preemptions.add_metric(values, engine.preemptions, created=created)
             prompt.add_metric(values, engine.prompt_tokens, created=created)
@@ -761,7 +779,7 @@ class Simulator:
 
             cumulative = 0.0
             rows: list[tuple[str, float]] = []
-            for upper, count in zip((*ITERATION_TOKENS_BUCKETS, math.inf), engine.step_buckets):
+            for upper, count in zip((*ITERATION_TOKENS_BUCKETS, math.inf), engine.step_buckets, strict=True):
                 cumulative += count
                 rows.append((floatToGoString(upper), cumulative))
             iteration.add_metric(values, rows, engine.step_sum)
@@ -780,12 +798,15 @@ class Simulator:
 
         families: list[Metric] = [running, waiting, kv]
         if self.legacy:
-            families.append(GaugeMetricFamily(
-                "vllm:num_requests_swapped", "Number of requests swapped to CPU.", labels=names))
-            families[-1].add_metric([self.model], 0.0)
-            families.append(GaugeMetricFamily(
-                "vllm:cpu_cache_usage_perc", "CPU KV-cache usage. 1 means 100 percent usage.", labels=names))
-            families[-1].add_metric([self.model], 0.0)
+            swapped = GaugeMetricFamily(
+                "vllm:num_requests_swapped", "Number of requests swapped to CPU.", labels=names
+            )
+            swapped.add_metric([self.model], 0.0)
+            cpu_kv = GaugeMetricFamily(
+                "vllm:cpu_cache_usage_perc", "CPU KV-cache usage. 1 means 100 percent usage.", labels=names
+            )
+            cpu_kv.add_metric([self.model], 0.0)
+            families.extend([swapped, cpu_kv])
         else:
             families.extend([sleep, prefix_queries, prefix_hits])
         families.extend([cache_info, preemptions, prompt, generation, success, iteration])
@@ -829,8 +850,8 @@ class Simulator:
             duration.add_metric([handler, method], _cumulative_profile(count, _HTTP_BUCKETS), count * 0.01)
             handlers[handler] = handlers.get(handler, 0.0) + count
         for handler, count in sorted(handlers.items()):
-            request_size.add_metric([handler], count, count * 64.0)
-            response_size.add_metric([handler], count, count * 2048.0)
+            request_size.add_metric([handler], int(count), count * 64.0)
+            response_size.add_metric([handler], int(count), count * 2048.0)
         return [requests, highr, duration, request_size, response_size]
 
     def _runtime_families(self) -> list[Metric]:
@@ -873,7 +894,7 @@ class Simulator:
 def _add_created(family: Metric, values: list[str], names: list[str], created: float | None) -> None:
     """Append a ``_created`` sample to a histogram series, as prometheus_client's Histogram does."""
     if created is not None:
-        family.samples.append(Sample(family.name + "_created", dict(zip(names, values)), created))
+        family.samples.append(Sample(family.name + "_created", dict(zip(names, values, strict=True)), created))
 
 
 class _Server(ThreadingHTTPServer):
@@ -904,10 +925,10 @@ class _Server(ThreadingHTTPServer):
         with self._connections_lock:
             self._connections.discard(connection)
 
-    def drop_connections(self) -> None:
-        """Shut down every accepted connection, like a dying process would: clients see the socket close."""
+    def drop_connections(self, keep: socket.socket | None = None) -> None:
+        """Shut down every accepted connection but ``keep``, as a dying process would: clients see them close."""
         with self._connections_lock:
-            connections = list(self._connections)
+            connections = [c for c in self._connections if c is not keep]
             self._connections.clear()
         for connection in connections:
             try:
@@ -956,19 +977,19 @@ class _Handler(BaseHTTPRequestHandler):
         except (ConnectionError, TimeoutError):
             self.close_connection = True
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         """Silence the per-request stderr log; tests read the request log instead."""
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+    def do_GET(self) -> None:
         self._dispatch()
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+    def do_POST(self) -> None:
         self._dispatch()
 
-    def do_PUT(self) -> None:  # noqa: N802 - stdlib naming
+    def do_PUT(self) -> None:
         self._dispatch()
 
-    def do_DELETE(self) -> None:  # noqa: N802 - stdlib naming
+    def do_DELETE(self) -> None:
         self._dispatch()
 
     # --- plumbing ----------------------------------------------------------------------------------------------
@@ -1083,13 +1104,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif scenario == "http_502":
             self._send(502, _HTML_ERROR_PAGE, "text/html", handler="/metrics")
         else:
-            if scenario == "slow":
-                time.sleep(sim.slow_seconds)
-                if sim._is_dead():
-                    self._drop()
-                    return
-            sim._count_http("/metrics", self.command, 200)  # a scrape sees itself, as with the instrumentator
-            self._send(200, sim.metrics_text(), _METRICS_CONTENT_TYPE)
+            if scenario == "slow" and not sim._slow_wait():
+                self._drop()
+                return
+            self._send(200, sim.metrics_text(), _METRICS_CONTENT_TYPE, handler="/metrics")
 
     def _completion(self, path: str, raw: bytes) -> None:
         sim = self._sim
@@ -1127,6 +1145,7 @@ class _Handler(BaseHTTPRequestHandler):
             "completion_tokens": max_tokens,
             "total_tokens": prompt_tokens + max_tokens,
         }
+        payload: dict[str, Any]
         choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "length", "stop_reason": None}
         if chat:
             choice["message"] = {"role": "assistant", "content": text}
@@ -1164,7 +1183,7 @@ class _Handler(BaseHTTPRequestHandler):
             seconds = body.get("seconds")
             then = body.get("then", "idle")
             if not isinstance(name, str) or not isinstance(then, str):
-                raise ValueError("scenario must be a string")
+                raise TypeError("scenario must be a string")
             if seconds is not None:
                 seconds = float(seconds)
             for candidate in (name, then):
@@ -1174,13 +1193,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, {"error": str(exc), "scenarios": list(SCENARIOS)})
             return
         if name == "dead":
-            # Answer first: going dead cuts every connection, this one included.
+            # The listener is closed before we answer, so a client that reconnects right after the answer is
+            # refused; this connection is spared and closed after the answer.
             self.close_connection = True
-            self._send_json(200, {"scenario": name})
-            sim.set_scenario(name, seconds=seconds, then=then)
-            return
         try:
-            sim.set_scenario(name, seconds=seconds, then=then)
+            sim._set_scenario(name, seconds=seconds, then=then, keep=self.connection)
         except ValueError as exc:
             self._send_json(400, {"error": str(exc), "scenarios": list(SCENARIOS)})
             return
