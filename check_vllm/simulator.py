@@ -28,10 +28,10 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType, TracebackType
+from types import FrameType, MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, Final, cast
 from urllib.parse import urlsplit
 
@@ -165,13 +165,13 @@ _HTML_ERROR_PAGE: Final = (
 )
 _METRICS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 _INFERENCE_PATHS: Final = frozenset({"/v1/completions", "/v1/chat/completions"})
-_KNOWN_ROUTES: Final[dict[str, str]] = {
+_KNOWN_ROUTES: Final[Mapping[str, str]] = MappingProxyType({
     "/metrics": "GET",
     "/health": "GET",
     "/v1/models": "GET",
     "/v1/completions": "POST",
     "/v1/chat/completions": "POST",
-}
+})
 
 
 class _Mode(enum.Enum):
