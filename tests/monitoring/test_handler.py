@@ -1,0 +1,272 @@
+"""check_vllm_restart: the decision table (pure) and the handler against real state files and processes.
+
+These run in the default tier (no marker): they need no Icinga or Nagios, only the check and the handler.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from check_vllm.restart import Event, Policy, decide, history_path
+from check_vllm.state import StateFile, marker_path, read_marker, state_path, target_key
+
+NOW = 1_800_000_000.0
+URL = "http://127.0.0.1:1"  # nothing listens on port 1: the real check says "down"
+CRIT_HARD = Event("CRITICAL", "HARD", 3)
+POLICY = Policy(cooldown=900, max_per_hour=3, max_verdict_age=600)
+
+
+def verdict(word="stuck", state=2, age=10.0, text="no progress"):
+    return {"word": word, "state": state, "at": NOW - age, "text": text, "engines": {}}
+
+
+@pytest.mark.parametrize(
+    "event, v, restarts, policy, act, why",
+    [
+        (CRIT_HARD, verdict(), [], POLICY, True, "verdict 'stuck'"),
+        (CRIT_HARD, verdict("down"), [], POLICY, True, "verdict 'down'"),
+        (CRIT_HARD, verdict("unresponsive"), [], POLICY, True, "verdict 'unresponsive'"),
+        (Event("WARNING", "HARD", 3), verdict(), [], POLICY, False, "WARNING, not CRITICAL"),
+        (Event("OK", "HARD", 1), verdict(), [], POLICY, False, "OK, not CRITICAL"),
+        (Event("UNKNOWN", "HARD", 3), verdict(), [], POLICY, False, "UNKNOWN, not CRITICAL"),
+        (Event("CRITICAL", "SOFT", 2), verdict(), [], POLICY, False, "SOFT (attempt 2)"),
+        (CRIT_HARD, None, [], POLICY, False, "no verdict"),
+        (CRIT_HARD, verdict("busy", 0), [], POLICY, False, "'busy', not one of"),
+        (CRIT_HARD, verdict("stalling", 1), [], POLICY, False, "'stalling', not one of"),
+        (CRIT_HARD, verdict("starting", 1), [], POLICY, False, "'starting', not one of"),
+        (CRIT_HARD, verdict("no metrics", 2), [], POLICY, False, "'no metrics', not one of"),
+        (CRIT_HARD, verdict("proxy", 2), [], POLICY, False, "'proxy', not one of"),
+        (CRIT_HARD, verdict("proxy", 2), [], Policy(proxy=True), True, "verdict 'proxy'"),
+        (CRIT_HARD, verdict("unresponsive", 1), [], POLICY, False, "not CRITICAL yet"),
+        (CRIT_HARD, verdict(age=601), [], POLICY, False, "601 s old"),
+        (CRIT_HARD, verdict(age=-60), [], POLICY, False, "in the future"),
+        (CRIT_HARD, {**verdict(), "at": "soon"}, [], POLICY, False, "no valid time"),
+        (CRIT_HARD, verdict(age=10), [NOW - 5], Policy(cooldown=0), False, "before the last restart"),
+        (CRIT_HARD, verdict(age=10), [NOW - 300], POLICY, False, "cooldown 900"),
+        (CRIT_HARD, verdict(age=10), [NOW - 960], POLICY, True, "verdict 'stuck'"),
+        (CRIT_HARD, verdict(age=1), [NOW - 1000, NOW - 2000, NOW - 3000], POLICY, False, "circuit breaker open: 3"),
+        (CRIT_HARD, verdict(age=1), [NOW - 1000, NOW - 2000, NOW - 3700], POLICY, True, "verdict 'stuck'"),
+        (CRIT_HARD, verdict(age=1), [NOW - 100], Policy(cooldown=10, max_per_hour=1), False, "circuit breaker"),
+    ],
+)
+def test_decision_table(event, v, restarts, policy, act, why):
+    d = decide(event, v, None, restarts, policy, NOW)
+    assert d.act is act, d.why
+    assert why in d.why
+    assert d.kind == ("restart" if act else d.kind)
+
+
+def test_refusals_by_a_guard_are_marked_as_such():
+    assert decide(CRIT_HARD, verdict(), None, [NOW - 30], POLICY, NOW).kind == "refuse"
+    assert decide(Event("OK", "HARD"), verdict(), None, [], POLICY, NOW).kind == "skip"
+
+
+# --------------------------------------------------------------------------- real files, real processes
+
+
+def handler(tmp: Path, *extra: str, state="CRITICAL", state_type="HARD", url=URL, command=None, **kw):
+    counter = tmp / "restarts.txt"
+    command = command or [sys.executable, "-c",
+                          f"open({str(counter)!r}, 'a').write('restart\\n'); print('restarting vllm')"]
+    argv = ["check_vllm_restart", "--state", state, "--state-type", state_type, "--attempt", "3",
+            "--url", url, "--state-dir", str(tmp / "state"), *extra, "--", *command]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, **kw)
+
+
+def restarts(tmp: Path) -> int:
+    f = tmp / "restarts.txt"
+    return len(f.read_text().splitlines()) if f.exists() else 0
+
+
+def real_down_verdict(tmp: Path, url: str = URL) -> subprocess.CompletedProcess:
+    out = subprocess.run(["check_vllm", "-u", url, "--state-dir", str(tmp / "state")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "down" in out.stdout, out.stdout + out.stderr
+    return out
+
+
+def plant_verdict(tmp: Path, word: str, state: int, age: float = 1.0, url: str = URL) -> None:
+    d = tmp / "state"
+    d.mkdir(exist_ok=True, mode=0o700)
+    StateFile(state_path(d, url, "metrics"), target_key(url, "metrics")).save(
+        {"verdict": {"word": word, "state": state, "text": "planted", "at": time.time() - age, "engines": {}}})
+
+
+def test_restarts_once_on_a_real_down_verdict_and_writes_the_marker(tmp_path):
+    real_down_verdict(tmp_path)
+    out = handler(tmp_path, "--log", str(tmp_path / "handler.log"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert restarts(tmp_path) == 1
+    [line] = out.stdout.splitlines()
+    assert ": restarted: verdict 'down'" in line and "restart 1 of at most 3 this hour" in line
+    assert (tmp_path / "handler.log").read_text().strip() == line
+
+    marker = marker_path(tmp_path / "state", URL)
+    assert stat.S_IMODE(marker.stat().st_mode) == 0o600
+    at = read_marker(marker)
+    assert at is not None and abs(time.time() - at) < 30
+    hist = json.loads(history_path(tmp_path / "state", URL).read_text())["data"]["restarts"]
+    assert [(h["verdict"], h["rc"]) for h in hist] == [("down", 0)]
+
+    # The check now reads the marker: starting (WARNING), and the handler leaves it alone.
+    after = subprocess.run(["check_vllm", "-u", URL, "--state-dir", str(tmp_path / "state")],
+                           capture_output=True, text=True, timeout=60)
+    assert after.returncode == 1 and "starting" in after.stdout, after.stdout
+    again = handler(tmp_path)
+    assert again.returncode == 0 and restarts(tmp_path) == 1
+    assert "no restart: the check's last verdict is 'starting'" in again.stdout
+
+
+def test_a_verdict_older_than_the_last_restart_never_restarts_again(tmp_path):
+    real_down_verdict(tmp_path)
+    assert handler(tmp_path, "--cooldown", "0").returncode == 0
+    second = handler(tmp_path, "--cooldown", "0")
+    assert restarts(tmp_path) == 1
+    assert "before the last restart" in second.stdout
+
+
+def test_cooldown_then_circuit_breaker(tmp_path):
+    for n in range(1, 4):
+        plant_verdict(tmp_path, "stuck", 2, age=0.0)
+        out = handler(tmp_path, "--cooldown", "0.5", "--max-per-hour", "2")
+        if n <= 2:
+            assert restarts(tmp_path) == n, out.stdout
+            time.sleep(0.05)
+            plant_verdict(tmp_path, "stuck", 2, age=0.0)  # a newer verdict, so only the cooldown says no
+            early = handler(tmp_path, "--cooldown", "60", "--max-per-hour", "2")
+            assert "restart refused" in early.stdout and "cooldown 60" in early.stdout
+        else:
+            assert restarts(tmp_path) == 2
+            assert "restart refused" in out.stdout and "circuit breaker open: 2 restarts" in out.stdout
+        time.sleep(0.6)
+
+
+@pytest.mark.parametrize("word, state", [("busy", 0), ("stalling", 1), ("unresponsive", 1), ("idle", 0)])
+def test_healthy_or_unproven_verdicts_never_restart(tmp_path, word, state):
+    plant_verdict(tmp_path, word, state)
+    out = handler(tmp_path)
+    assert out.returncode == 0 and restarts(tmp_path) == 0, out.stdout
+
+
+def test_stale_or_missing_or_corrupt_state_never_restarts(tmp_path):
+    assert "none written yet" in handler(tmp_path).stdout
+    plant_verdict(tmp_path, "stuck", 2, age=700)
+    assert "not fresh" in handler(tmp_path).stdout
+    state_path(tmp_path / "state", URL, "metrics").write_text("{not json")
+    assert "state file corrupt" in handler(tmp_path).stdout
+    assert restarts(tmp_path) == 0
+
+
+def test_soft_and_ok_calls_do_not_touch_the_state_dir(tmp_path):
+    out = handler(tmp_path, state="CRITICAL", state_type="SOFT")
+    assert out.returncode == 0 and "waiting for a HARD state" in out.stdout
+    out = handler(tmp_path, state="OK", state_type="HARD")
+    assert "OK, not CRITICAL" in out.stdout
+    assert not (tmp_path / "state").exists()
+
+
+def test_concurrent_calls_restart_once(tmp_path):
+    """Two services (or two results) call the handler at the same moment: one restart, one refusal."""
+    plant_verdict(tmp_path, "stuck", 2)
+    counter = tmp_path / "restarts.txt"
+    slow = [sys.executable, "-c", f"import time; open({str(counter)!r}, 'a').write('r\\n'); time.sleep(1.5)"]
+    argv = lambda: ["check_vllm_restart", "--state", "CRITICAL", "--state-type", "HARD", "--url", URL,  # noqa: E731
+                    "--state-dir", str(tmp_path / "state"), "--cooldown", "0", "--", *slow]
+    procs = [subprocess.Popen(argv(), stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    assert restarts(tmp_path) == 1, outs
+    assert sum("restarted:" in o for o in outs) == 1
+    assert sum("before the last restart" in o for o in outs) == 3, outs
+
+
+def test_lock_held_too_long_means_no_restart(tmp_path):
+    plant_verdict(tmp_path, "stuck", 2)
+    hist = StateFile(history_path(tmp_path / "state", URL), target_key(URL, "restart-history"))
+    hist.lock()
+    try:
+        out = handler(tmp_path, "--lock-timeout", "0.3")
+    finally:
+        hist.unlock()
+    assert out.returncode == 0 and restarts(tmp_path) == 0
+    assert "holds the restart lock" in out.stdout
+
+
+def test_a_failed_restart_exits_1_removes_the_marker_and_still_counts(tmp_path):
+    plant_verdict(tmp_path, "down", 2)
+    out = handler(tmp_path, command=[sys.executable, "-c", "print('Job for vllm.service failed'); raise SystemExit(5)"])
+    assert out.returncode == 1
+    assert "restart failed" in out.stdout and "exited 5: Job for vllm.service failed" in out.stdout
+    assert not marker_path(tmp_path / "state", URL).exists()
+    hist = json.loads(history_path(tmp_path / "state", URL).read_text())["data"]["restarts"]
+    assert [h["rc"] for h in hist] == [5]
+    plant_verdict(tmp_path, "down", 2, age=0.0)
+    assert "cooldown 900" in handler(tmp_path).stdout  # a failed attempt still holds the cooldown
+
+
+def test_a_hanging_restart_is_killed(tmp_path):
+    plant_verdict(tmp_path, "down", 2)
+    t0 = time.monotonic()
+    out = handler(tmp_path, "--command-timeout", "1", command=["sleep", "30"])
+    assert out.returncode == 1 and "timed out" in out.stdout
+    assert time.monotonic() - t0 < 15
+
+
+def test_a_missing_command_binary_is_a_failed_restart(tmp_path):
+    plant_verdict(tmp_path, "down", 2)
+    out = handler(tmp_path, command=["/nonexistent/restart-vllm"])
+    assert out.returncode == 1 and "cannot run" in out.stdout
+
+
+def test_the_command_is_never_run_through_a_shell(tmp_path):
+    plant_verdict(tmp_path, "stuck", 2)
+    witness = tmp_path / "pwned"
+    out = handler(tmp_path, command=["echo", f"; touch {witness}"])
+    assert out.returncode == 0 and not witness.exists()
+
+
+def test_dry_run_decides_but_does_not_act(tmp_path):
+    plant_verdict(tmp_path, "stuck", 2)
+    out = handler(tmp_path, "--dry-run")
+    assert "would restart (--dry-run)" in out.stdout and restarts(tmp_path) == 0
+    assert not marker_path(tmp_path / "state", URL).exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--state-type", "HARD", "--url", URL, "--", "true"], "--state"),
+    (["--state", "CRIT", "--state-type", "HARD", "--url", URL, "--", "true"], "--state must be"),
+    (["--state", "CRITICAL", "--state-type", "FIRM", "--url", URL, "--", "true"], "--state-type must be"),
+    (["--state", "CRITICAL", "--state-type", "HARD", "--url", "vllm:8000", "--", "true"], "--url must"),
+    (["--state", "CRITICAL", "--state-type", "HARD", "--url", URL], "no restart command"),
+    (["--state", "CRITICAL", "--state-type", "HARD", "--url", URL, "--cooldown", "-5", "--", "true"], "--cooldown"),
+    (["--state", "CRITICAL", "--state-type", "HARD", "--url", URL, "--max-per-hour", "0", "--", "true"],
+     "--max-per-hour"),
+])
+def test_bad_usage_is_clear_and_restarts_nothing(tmp_path, argv, message):
+    plant_verdict(tmp_path, "stuck", 2)
+    argv = [a if a != "true" else str(tmp_path / "would-run") for a in argv]
+    out = subprocess.run(["check_vllm_restart", "--state-dir", str(tmp_path / "state"), *argv],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert out.stdout.startswith("check_vllm_restart: usage error:") and message in out.stdout
+    assert "nothing restarted" in out.stdout and "Traceback" not in out.stdout + out.stderr
+
+
+def test_numeric_state_macros_are_accepted(tmp_path):
+    plant_verdict(tmp_path, "stuck", 2)
+    out = handler(tmp_path, state="2", state_type="1")
+    assert out.returncode == 0 and restarts(tmp_path) == 1
+    assert "CRITICAL HARD attempt 3: restarted" in out.stdout
+
+
+def test_help_and_version_exit_0():
+    for flag in ("--help", "--version"):
+        out = subprocess.run(["check_vllm_restart", flag], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0 and "check_vllm_restart" in out.stdout
