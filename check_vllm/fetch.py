@@ -111,7 +111,7 @@ def request(
                                      resp.status_code)
                 chunks.append(chunk)
                 if time.monotonic() > deadline:
-                    raise FetchError("timeout", f"{where} body still arriving after {timeout:g} s", resp.status_code)
+                    raise FetchError("timeout", f"{where} body still arriving after {timeout:.1f} s", resp.status_code)
             data = b"".join(chunks)
             sent = len(content or b"") + len(method) + len(path) + 100
             return Response(resp.status_code, data, resp.headers.get("content-type", ""),
@@ -119,11 +119,11 @@ def request(
     except FetchError:
         raise
     except httpx.ConnectTimeout:
-        raise FetchError("timeout", f"{where}: no connection within {min(endpoint.connect_timeout, timeout):g} s") from None
+        raise FetchError("timeout", f"{where}: no connection within {min(endpoint.connect_timeout, timeout):.1f} s") from None
     except httpx.ConnectError as err:
         raise FetchError("down", _why_connect_failed(err)) from None
     except httpx.TimeoutException:
-        raise FetchError("timeout", f"{where} timed out after {timeout:g} s") from None
+        raise FetchError("timeout", f"{where} timed out after {timeout:.1f} s") from None
     except httpx.TooManyRedirects:
         raise FetchError("protocol", f"{where}: too many redirects") from None
     except httpx.DecodingError:

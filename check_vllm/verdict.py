@@ -350,7 +350,7 @@ def assess_failure(
         state["unresponsive"] = {"since": since, "count": count}
         lasted = now - since
         critical = count >= settings.stuck_readings and lasted >= settings.stuck_seconds
-        text = f"{failure.detail} ({_fmt_seconds(lasted)}, {count:.0f} readings in a row)"
+        text = f"{failure.detail} (for {_fmt_seconds(lasted)}, {count:.0f} reading{'s' if count != 1 else ''} in a row)"
         return _finish(state, "unresponsive", CRITICAL if critical else WARNING, text, {}, now=now,
                        stalled=lasted)
     # no metrics: liveness from /v1/models only
@@ -455,7 +455,7 @@ def _engine_text(words: dict[str, str], stall: dict[str, dict[str, float]], read
         readings = f"{s['count']:.0f} reading{'s' if s['count'] != 1 else ''}"
         where = f"engine {name} with {e.running:.0f} running, {e.waiting:.0f} waiting: " if several else ""
         parts.append(f"{where}no progress for {_fmt_seconds(now - s['since'])} over {readings}{need}")
-    if several:
+    if several and parts:
         parts.extend(f"engine {n} {w}" for n, w in sorted(words.items()) if w not in ("stuck", "stalling"))
         return "; ".join(parts) + "; total "
     return "; ".join(parts) + ("; " if parts else "")

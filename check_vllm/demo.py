@@ -1,0 +1,99 @@
+"""`tox -e demo`: check_vllm against the built-in simulator in every scenario, no GPU needed.
+
+Each scenario shows the exact Nagios output and exit code, and how many inference requests the
+check sent. The saturated scenario also runs the classic "send a chat request and wait" check,
+scaled down to seconds, to show the false alarm this project exists to prevent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+from .simulator import Simulator
+
+STATES = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
+FAST = ["--min-gap", "0.5", "--reread-delay", "0.6", "--stuck-seconds", "0", "-t", "6"]
+
+#: scenario, what it stands for, how many runs to show (stuck needs a history)
+SCENARIOS = (
+    ("idle", "nothing to do: the only case where the check sends a 1-token probe", 1),
+    ("busy", "all slots full, requests queued, counters moving", 2),
+    ("long_prefill", "one long prompt being read: only the KV cache moves", 2),
+    ("stuck", "engine frozen with work queued: OK -> WARNING -> CRITICAL", 3),
+    ("dp_one_frozen", "two data-parallel engines, engine 1 frozen", 3),
+    ("restarted", "the server came back as a new process", 1),
+    ("sleeping", "vLLM sleep mode", 1),
+    ("no_metrics", "/metrics missing: liveness from /v1/models only", 1),
+    ("html", "a proxy's HTML error page served with status 200", 1),
+    ("http_500", "/metrics answers 500", 1),
+    ("slow", "/metrics takes longer than the check may wait", 1),
+    ("dead", "nothing listens on the port", 1),
+)
+
+
+def _check(url: str, state_dir: str, *extra: str) -> tuple[int, str]:
+    argv = [sys.executable, "-m", "check_vllm", "-u", url, "--state-dir", state_dir, *FAST, *extra]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    return proc.returncode, proc.stdout.strip()
+
+
+def classic_probe(url: str, timeout: float) -> tuple[str, float]:
+    """What the old way does: a real chat request, restart the server if it does not answer in time."""
+    started = time.monotonic()
+    try:
+        httpx.post(f"{url}/v1/chat/completions", timeout=timeout,
+                   json={"model": "tiny-llama", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 8})
+    except httpx.TimeoutException:
+        return f"CRITICAL - chat request timed out after {timeout:g} s -> restart vLLM", time.monotonic() - started
+    except httpx.HTTPError as err:
+        return f"CRITICAL - chat request failed: {err}", time.monotonic() - started
+    return "OK - chat request answered", time.monotonic() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argparse.ArgumentParser(description=__doc__).parse_args(argv)
+    del args
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp, Simulator(scenario="idle", slow_seconds=30) as sim:
+        print(f"vLLM simulator on {sim.url} (2 request slots, like --max-num-seqs 2)\n")
+        for n, (scenario, what, runs) in enumerate(SCENARIOS):
+            state_dir = f"{tmp}/{n}"
+            sim.set_scenario("busy" if scenario in ("stuck", "restarted") else scenario)
+            if scenario == "stuck":
+                _check(sim.url, state_dir)  # a healthy busy baseline first
+                time.sleep(0.6)
+                sim.set_scenario("stuck")
+            if scenario == "restarted":
+                _check(sim.url, state_dir)
+                sim.set_scenario("restarted")
+            sim.clear_requests()
+            print(f"== {scenario}: {what}")
+            for _ in range(runs):
+                code, out = _check(sim.url, state_dir)
+                print(f"$ check_vllm -u {sim.url}\n{out}\n-> exit {code} ({STATES.get(code, '?')})")
+                time.sleep(0.6)
+            print(f"   inference requests the check sent: {len(sim.inference_requests())}\n")
+
+        print("== saturated: check_vllm vs the classic probe-style check (a chat request, 3 s timeout)")
+        sim.set_scenario("busy")
+        sim.clear_requests()
+        t0 = time.monotonic()
+        code, out = _check(sim.url, f"{tmp}/sat")
+        ours = time.monotonic() - t0
+        ours_requests = len(sim.inference_requests())
+        verdict, theirs = classic_probe(sim.url, 3.0)
+        print(f"check_vllm   ({ours:.1f} s, {ours_requests} inference requests): {out.split(' | ')[0]}")
+        print(f"classic probe ({theirs:.1f} s, 1 inference request that waited for a slot): {verdict}")
+        print("The classic check would restart a healthy, fully loaded server and fail every request in flight.")
+    print(f"\ndemo finished in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
