@@ -1,0 +1,170 @@
+"""The collector against the simulator over real HTTP: golden protocol text, stuck, probing policy, bounds."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from check_vllm.verdict import WORDS
+from netdata_plugin import charts
+from netdata_plugin.collector import JobCollector, Output, run_job
+from netdata_plugin.config import Job
+
+from .conftest import Clock, masked
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def collector(job: Job, clock: Clock) -> JobCollector:
+    return JobCollector(job, wall=clock.wall, mono=clock.mono, say=lambda message: None)
+
+
+def sets(text: str, chart: str) -> dict[str, int]:
+    """The SET values of one chart's block in a tick's text."""
+    out: dict[str, int] = {}
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("BEGIN "):
+            inside = line.split()[1] == chart
+        elif inside and line.startswith("SET "):
+            _, dim, _, value = line.split()
+            out[dim] = int(value)
+    return out
+
+
+def word(text: str, job: str = "t") -> str:
+    on = [dim for dim, value in sets(text, f"vllm_{job}.state").items() if value]
+    assert len(on) == 1, text
+    return on[0]
+
+
+def test_first_and_steady_ticks_match_the_golden_protocol_text(make_sim, clock):
+    sim = make_sim(scenario="busy")
+    c = collector(Job("t", sim.url), clock)
+    first = c.tick()
+    clock.advance(1.0)
+    time.sleep(0.02)  # let the simulator's counters move
+    steady = c.tick()
+    assert masked(first) == (GOLDEN / "first_tick.txt").read_text()
+    assert masked(steady) == (GOLDEN / "steady_tick.txt").read_text()
+    assert sim.inference_requests() == []  # busy: never a probe
+
+
+def test_every_verdict_word_has_a_state_dimension():
+    state = next(c for c in charts.CHARTS if c.id == "state")
+    assert [d.name for d in state.dims] == list(WORDS)
+    assert all(" " not in d.id for d in state.dims)
+
+
+def test_a_frozen_engine_drives_the_state_chart_to_stuck(make_sim, clock):
+    sim = make_sim(scenario="busy")
+    c = collector(Job("t", sim.url, stuck_readings=2, stuck_seconds=3), clock)
+    c.tick()
+    sim.set_scenario("stuck")
+    seen = []
+    for _ in range(6):
+        clock.advance(1.0)
+        text = c.tick()
+        seen.append((word(text), sets(text, "vllm_t.stalled")["stalled"]))
+    assert [w for w, _ in seen] == ["busy", "stalling", "stalling", "stuck", "stuck", "stuck"]
+    assert [s for _, s in seen[1:]] == [1000, 2000, 3000, 4000, 5000]
+    assert sim.inference_requests() == []  # work present: never probed
+
+
+def test_idle_is_probed_at_most_once_per_probe_every(make_sim, clock):
+    sim = make_sim(scenario="idle")
+    c = collector(Job("t", sim.url, probe_every=60), clock)
+    probes = []
+    for _ in range(5):
+        text = c.tick()
+        probes.append("latency" in sets(text, "vllm_t.probe"))
+        assert word(text) == "idle"
+        clock.advance(1.0)
+    assert probes == [True, False, False, False, False]
+    clock.advance(60.0)
+    assert "latency" in sets(c.tick(), "vllm_t.probe")
+    assert len(sim.inference_requests()) == 2
+
+
+def test_probe_off_sends_no_inference_request_and_has_no_probe_chart(make_sim, clock):
+    sim = make_sim(scenario="idle")
+    c = collector(Job("t", sim.url, probe=False), clock)
+    text = c.tick()
+    assert "vllm_t.probe" not in text and word(text) == "idle"
+    assert sim.inference_requests() == []
+
+
+def test_a_down_server_is_a_chart_value(clock):
+    c = collector(Job("t", "http://127.0.0.1:9"), clock)
+    text = c.tick()
+    assert word(text) == "down"
+    assert "vllm_t.requests" in text.split("BEGIN")[0]  # charts defined even before any reading
+
+
+def test_per_engine_dimensions_are_bounded(make_sim, clock, monkeypatch):
+    monkeypatch.setattr(charts, "MAX_ENGINES", 2)
+    told = []
+    sim = make_sim(scenario="busy", engines=3)
+    c = JobCollector(Job("t", sim.url), wall=clock.wall, mono=clock.mono, say=told.append)
+    text = c.tick()
+    requests = sets(text, "vllm_t.requests")
+    assert requests == {"running": 6, "waiting": 9, "running_engine_0": 2, "waiting_engine_0": 3,
+                        "running_engine_1": 2, "waiting_engine_1": 3}
+    assert "DIMENSION steps_engine_1 'engine 1 steps' incremental 1 1 ''" in text
+    assert "engine_2" not in text and len(told) == 1
+    clock.advance(1.0)
+    assert "CHART" not in c.tick()  # nothing new: no redefinition
+
+
+def test_one_engine_of_several_frozen_is_stuck(make_sim, clock):
+    sim = make_sim(scenario="dp_one_frozen", engines=2)
+    c = collector(Job("t", sim.url, stuck_seconds=2), clock)
+    for _ in range(4):
+        text = c.tick()
+        clock.advance(1.0)
+        time.sleep(0.02)
+    assert word(text) == "stuck"
+
+
+def test_a_slow_server_does_not_delay_another_jobs_ticks(make_sim):
+    slow = make_sim(scenario="slow", slow_seconds=3.0)
+    busy = make_sim(scenario="busy")
+    buf = io.StringIO()
+    out, stop = Output(buf), threading.Event()
+    jobs = [Job("slow", slow.url, timeout=2.5), Job("busy", busy.url)]
+    threads = [threading.Thread(target=run_job, args=(JobCollector(j, say=lambda m: None), out, stop), daemon=True)
+               for j in jobs]
+    for t in threads:
+        t.start()
+    time.sleep(2.2)
+    stop.set()
+    text = buf.getvalue()
+    assert text.count("BEGIN vllm_busy.state") >= 3  # one per second, from the start
+    assert "BEGIN vllm_slow.state" not in text  # still waiting for its first answer
+
+
+def test_a_closed_pipe_stops_the_job_threads(make_sim):
+    sim = make_sim(scenario="busy")
+
+    class Closed(io.StringIO):
+        def write(self, s: str) -> int:
+            raise BrokenPipeError
+
+    stop = threading.Event()
+    t = threading.Thread(target=run_job, args=(JobCollector(Job("t", sim.url)), Output(Closed()), stop), daemon=True)
+    t.start()
+    t.join(5)
+    assert stop.is_set() and not t.is_alive()
+
+
+@pytest.mark.parametrize("proxy", [True])
+def test_proxy_mode_only_reads_v1_models(make_sim, clock, proxy):
+    sim = make_sim(scenario="busy")
+    text = collector(Job("t", sim.url, proxy=proxy), clock).tick()
+    assert word(text) == "proxy"
+    assert {r.path for r in sim.requests()} == {"/v1/models"}
+    assert "vllm_t.requests" not in text

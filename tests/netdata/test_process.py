@@ -1,0 +1,88 @@
+"""The process contract with Netdata, tested on the real process: `vllm.plugin UPDATE_EVERY`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from netdata_plugin.config import load
+from netdata_plugin.install import install
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def plugin(tmp_path: Path, conf: str | None, *args: str) -> subprocess.Popen[str]:
+    if conf is not None:
+        (tmp_path / "vllm.conf").write_text(conf)
+    launcher = install(tmp_path / "plugins.d")
+    env = dict(os.environ, NETDATA_USER_CONFIG_DIR=str(tmp_path))
+    return subprocess.Popen([str(launcher), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=tmp_path)
+
+
+def test_the_launcher_pins_this_interpreter(tmp_path):
+    launcher = install(tmp_path)
+    assert launcher.read_text().splitlines()[0] == f"#!{sys.executable}"
+    assert os.access(launcher, os.X_OK)
+
+
+def test_runs_until_sigterm_then_exits_0(make_sim, tmp_path):
+    sim = make_sim(scenario="busy")
+    proc = plugin(tmp_path, f"[a]\nurl = {sim.url}\n[b]\nurl = http://127.0.0.1:9\n", "1")
+    first = proc.stdout.readline()  # type: ignore[union-attr]
+    assert first.startswith("CHART vllm_")
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=5)
+    assert proc.returncode == 0, err
+    assert "BEGIN vllm_a.state" in out and "BEGIN vllm_b.state" in out
+    assert "job b: down: connection refused" in err
+    assert "Traceback" not in err
+
+
+def test_exits_0_when_netdata_closes_the_pipe(make_sim, tmp_path):
+    sim = make_sim(scenario="busy")
+    proc = plugin(tmp_path, f"[a]\nurl = {sim.url}\n", "1")
+    proc.stdout.readline()  # type: ignore[union-attr]
+    proc.stdout.close()  # type: ignore[union-attr]
+    assert proc.wait(timeout=5) == 0
+    assert "Traceback" not in proc.stderr.read()  # type: ignore[union-attr]
+
+
+def test_disables_itself_only_when_no_job_can_work(tmp_path):
+    proc = plugin(tmp_path, "[a]\nurl = ftp://x\nstuck_seconds = soon\n", "1")
+    out, err = proc.communicate(timeout=10)
+    assert out == "DISABLE\n" and proc.returncode == 1
+    assert "job [a] skipped: url = 'ftp://x' is not an http:// or https:// URL" in err
+
+    missing = plugin(tmp_path / "none", None, "1")
+    out, err = missing.communicate(timeout=10)
+    assert out == "DISABLE\n" and "cannot read" in err
+
+
+def test_config_defaults_bad_sections_and_secrets(tmp_path):
+    key = tmp_path / "key"
+    key.write_text("sk-secret\n")
+    jobs, problems = load(
+        "[DEFAULT]\nstuck_seconds = 30\n"
+        f"[GPU-1]\nurl = http://10.0.0.1:8000/\napi_key_file = {key}\nupdate_every = 5\nprobe = no\n"
+        "[slow]\nurl = http://10.0.0.2:8000\nupdate_every = 1\n"
+        "[bad]\nurl = http://10.0.0.3\nprobe = maybe\n"
+        "[typo]\nurl = http://10.0.0.4\nstuck_secs = 3\n"
+        "[gpu_1]\nurl = http://10.0.0.5\n",
+        plugin_every=2,
+    )
+    assert [(j.name, j.url, j.update_every, j.stuck_seconds, j.probes) for j in jobs] == [
+        ("gpu_1", "http://10.0.0.1:8000", 5, 30.0, False),
+        ("slow", "http://10.0.0.2:8000", 2, 30.0, True),
+    ]
+    assert jobs[0].api_key == "sk-secret" and "sk-secret" not in repr(jobs[0])
+    assert problems == [
+        "job [bad] skipped: probe = 'maybe' is not yes or no",
+        "job [typo] skipped: unknown option(s) stuck_secs",
+        "job [gpu_1] skipped: its chart id vllm_gpu_1 is taken by another job",
+    ]
