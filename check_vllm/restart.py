@@ -30,9 +30,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from . import __version__
@@ -148,7 +149,8 @@ def history_path(state_dir: Path, url: str) -> Path:
 
 def load_history(store: StateFile) -> tuple[list[dict[str, Any]], str | None]:
     data, problem = store.load()
-    entries = data.get("restarts") if isinstance(data.get("restarts"), list) else []
+    raw = data.get("restarts")
+    entries: list[Any] = raw if isinstance(raw, list) else []
     return [e for e in entries if isinstance(e, dict) and _finite(e.get("at")) is not None], problem
 
 

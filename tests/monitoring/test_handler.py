@@ -6,7 +6,6 @@ These run in the default tier (no marker): they need no Icinga or Nagios, only t
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
 import sys
