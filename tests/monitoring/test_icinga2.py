@@ -1,0 +1,346 @@
+"""Real Icinga 2 runs the shipped CheckCommand "vllm" and EventCommand "vllm-restart" against simulators.
+
+One daemon for the module, started as a plain background process on 127.0.0.1 with its own config
+and directories; four scenarios run side by side, each with its own simulator, state directory and
+restart counter. Results are read through the REST API (objects and the CheckResult event stream),
+never by running the check ourselves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .conftest import TIMINGS, Timer
+from .harness import (
+    CONTRIB,
+    FAST_CHECK,
+    Simulator,
+    count_lines,
+    ensure_installed,
+    free_port,
+    plugin_dir,
+    restart_command,
+    tail,
+    wait_for,
+)
+
+pytestmark = pytest.mark.monitoring
+
+API_USER, API_PASSWORD = "root", "check_vllm-test"
+HOST = "vllm-host"
+
+
+def _icinga_value(value) -> str:
+    if isinstance(value, list):
+        return "[ " + ", ".join(_icinga_value(v) for v in value) + " ]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def service(name: str, url: str, state_dir: Path, restart: list[str], log: Path, **extra) -> str:
+    vars_ = {"vllm_url": url, "vllm_state_dir": str(state_dir), "vllm_restart_command": restart,
+             "vllm_restart_log": str(log), "vllm_restart_max_verdict_age": 30,
+             **{f"vllm_{k}": v for k, v in FAST_CHECK.items()}, **extra}
+    body = "\n".join(f"  vars.{k} = {_icinga_value(v)}" for k, v in vars_.items())
+    return f"""
+object Service "{name}" {{
+  host_name = "{HOST}"
+  check_command = "vllm"
+  event_command = "vllm-restart"
+  check_interval = 1s
+  retry_interval = 1s
+  max_check_attempts = 3
+  check_timeout = 20s
+{body}
+}}
+"""
+
+
+class Icinga2:
+    def __init__(self, root: Path, plugins: Path, services: str) -> None:
+        self.root = root
+        self.dirs = {k: root / k.lower() for k in ("ConfigDir", "DataDir", "LogDir", "CacheDir", "SpoolDir",
+                                                   "InitRunDir")}
+        for d in self.dirs.values():
+            d.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.log = self.dirs["LogDir"] / "icinga2.log"
+        self.stdout = root / "icinga2.stdout"
+        certs = self.dirs["DataDir"] / "certs"
+        certs.mkdir()
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", "/CN=localhost", "-keyout", str(certs / "localhost.key"),
+                        "-out", str(certs / "localhost.crt")], check=True, capture_output=True, timeout=60)
+        (certs / "ca.crt").write_bytes((certs / "localhost.crt").read_bytes())
+        conf = self.dirs["ConfigDir"]
+        for f in ("vllm-commands.conf", "vllm-services.conf"):
+            (conf / f).write_text((CONTRIB / "icinga2" / f).read_text())
+        self.conf = conf / "icinga2.conf"
+        self.conf.write_text(f"""
+const PluginDir = "/usr/lib/nagios/plugins"
+const PluginContribDir = "{plugins}"
+const NodeName = "localhost"
+const ZoneName = "localhost"
+const TicketSalt = ""
+include <itl>
+include <plugins>
+object Endpoint NodeName {{ }}
+object Zone ZoneName {{ endpoints = [ NodeName ] }}
+object FileLogger "main-log" {{ path = LogDir + "/icinga2.log"; severity = "notice" }}
+object CheckerComponent "checker" {{ }}
+object ApiListener "api" {{
+  bind_host = "127.0.0.1"
+  bind_port = {self.port}
+  accept_config = false
+  accept_commands = false
+}}
+object ApiUser "{API_USER}" {{ password = "{API_PASSWORD}"; permissions = [ "*" ] }}
+object CheckCommand "true" {{ command = [ "/bin/true" ] }}
+object Host "{HOST}" {{
+  address = "127.0.0.1"
+  check_command = "true"
+  check_interval = 300s
+}}
+// the shipped files: commands, and the apply example (assigns nothing here: no host has vars.vllm)
+include "vllm-commands.conf"
+include "vllm-services.conf"
+{services}
+""")
+        self.env = {**os.environ, "ICINGA2_USER": "root", "ICINGA2_GROUP": "root"}
+        self.proc: subprocess.Popen | None = None
+        self.client = httpx.Client(base_url=f"https://127.0.0.1:{self.port}", verify=False,
+                                   auth=(API_USER, API_PASSWORD), headers={"Accept": "application/json"},
+                                   timeout=10)
+        self.results: list[dict] = []
+        self._stream_stop = threading.Event()
+
+    def argv(self, *extra: str) -> list[str]:
+        return ["icinga2", "daemon", "-c", str(self.conf),
+                *[f"-D{k}={v}" for k, v in self.dirs.items()], *extra]
+
+    def validate(self) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv("-C"), capture_output=True, text=True, timeout=120, env=self.env)
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.argv(), stdout=open(self.stdout, "w"), stderr=subprocess.STDOUT,
+                                     env=self.env, start_new_session=True)
+        wait_for("the Icinga 2 REST API", self._api_up, 60, diag=lambda: tail(self.stdout) + "\n" + tail(self.log))
+        threading.Thread(target=self._stream, daemon=True).start()
+
+    def _api_up(self) -> bool:
+        if self.proc.poll() is not None:
+            pytest.fail(f"icinga2 exited with {self.proc.returncode}:\n{tail(self.stdout)}", pytrace=False)
+        try:
+            return self.client.get("/v1/status/IcingaApplication").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _stream(self) -> None:
+        """Every CheckResult, in order, from the API event stream (so no transient result is missed)."""
+        body = {"queue": "check_vllm-tests", "types": ["CheckResult"]}
+        while not self._stream_stop.is_set():
+            try:
+                with self.client.stream("POST", "/v1/events", json=body, timeout=None) as resp:
+                    for line in resp.iter_lines():
+                        if line.strip():
+                            ev = json.loads(line)
+                            cr = ev.get("check_result", {})
+                            self.results.append({"service": ev.get("service"), "state": cr.get("state"),
+                                                 "output": cr.get("output", "")})
+            except (httpx.HTTPError, ValueError):
+                time.sleep(0.2)
+
+    def results_of(self, name: str) -> list[dict]:
+        return [r for r in list(self.results) if r["service"] == name]
+
+    def service(self, name: str) -> dict:
+        resp = self.client.get(f"/v1/objects/services/{HOST}!{name}",
+                               params={"attrs": ["state", "state_type", "check_attempt", "last_check_result",
+                                                 "last_hard_state"]})
+        resp.raise_for_status()
+        return resp.json()["results"][0]["attrs"]
+
+    def force_check(self, name: str) -> None:
+        resp = self.client.post("/v1/actions/reschedule-check",
+                                json={"type": "Service", "filter": f'service.name=="{name}"', "force": True})
+        resp.raise_for_status()
+
+    def stop(self) -> None:
+        self._stream_stop.set()
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.client.close()
+
+    def diag(self) -> str:
+        return f"--- icinga2.log\n{tail(self.log, 30)}\n--- stdout\n{tail(self.stdout, 10)}"
+
+
+class Scenario:
+    def __init__(self, root: Path, name: str, sim_scenario: str | None, mode: str, **extra) -> None:
+        self.name = name
+        self.dir = root / name
+        self.dir.mkdir()
+        self.sim = Simulator(sim_scenario, self.dir / "sim.log") if sim_scenario else None
+        self.url = self.sim.url if self.sim else f"http://127.0.0.1:{free_port()}"  # nothing listens: down
+        self.counter = self.dir / "restarts.txt"
+        self.log = self.dir / "handler.log"
+        self.state_dir = self.dir / "state"
+        self.restart = restart_command(self.url, self.counter, mode)
+        self.extra = extra
+
+    def services(self, *names: str) -> str:
+        return "".join(service(n, self.url, self.state_dir, self.restart, self.log, **self.extra) for n in names)
+
+    def handler_lines(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def diag(self) -> str:
+        return f"--- handler log ({self.name})\n" + "\n".join(self.handler_lines()[-20:])
+
+
+@pytest.fixture(scope="module")
+def icinga(tmp_path_factory):
+    ensure_installed()
+    t0 = time.monotonic()
+    root = tmp_path_factory.mktemp("icinga2")
+    plugins = plugin_dir(root)
+    sc = {
+        # busy and saturated: must never be restarted
+        "busy": Scenario(root, "busy", "busy", "revive", vllm_restart_cooldown=1),
+        # frozen: two services on the same server, one restart between them
+        "stuck": Scenario(root, "stuck", "stuck", "revive", vllm_restart_cooldown=20),
+        # dead, and the restart does not help: circuit breaker after 2
+        "dead": Scenario(root, "dead", None, "noop", vllm_restart_cooldown=1, vllm_restart_max_per_hour=2),
+    }
+    services = sc["busy"].services("busy") + sc["stuck"].services("stuck", "stuck-twin") + sc["dead"].services("dead")
+    ic = Icinga2(root, plugins, services)
+    ic.scenarios = sc
+    ic.runs = root / "runs.log"
+    try:
+        checked = ic.validate()
+        if checked.returncode != 0:
+            pytest.fail(f"icinga2 daemon -C rejected the config:\n{checked.stdout[-4000:]}", pytrace=False)
+        ic.validated = checked.stdout
+        ic.start()
+        TIMINGS["icinga2 start"] = time.monotonic() - t0
+        yield ic
+    finally:
+        ic.stop()
+        for s in sc.values():
+            if s.sim:
+                s.sim.stop()
+
+
+def test_icinga2_validates_the_shipped_definitions(icinga):
+    out = icinga.validated
+    assert "Finished validating the configuration file(s)" in out
+    assert "Instantiated 1 EventCommand." in out and "Instantiated 4 Services." in out, out[-2000:]
+    assert "critical/" not in out and "warning/config" not in out.lower(), out[-2000:]
+
+
+def test_the_shipped_files_validate_alone(tmp_path):
+    """contrib/icinga2 with nothing but the ITL and a host that the apply rule assigns to."""
+    ensure_installed()
+    conf = tmp_path / "icinga2.conf"
+    conf.write_text(f"""
+const PluginDir = "/usr/lib/nagios/plugins"
+const PluginContribDir = "/usr/lib/nagios/plugins"
+const NodeName = "localhost"
+include <itl>
+include <plugins>
+include "{CONTRIB}/icinga2/vllm-commands.conf"
+include "{CONTRIB}/icinga2/vllm-services.conf"
+object Host "gpu-01" {{
+  check_command = "hostalive"
+  address = "10.0.0.21"
+  vars.vllm = true
+  vars.vllm_restart_command = [ "sudo", "/usr/bin/systemctl", "restart", "vllm@llama" ]
+}}
+""")
+    names = ("DataDir", "LogDir", "CacheDir", "SpoolDir", "InitRunDir")
+    for k in names:
+        (tmp_path / k).mkdir()
+    dirs = [f"-D{k}={tmp_path / k}" for k in names]
+    out = subprocess.run(["icinga2", "daemon", "-C", "-c", str(conf), *dirs], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "ICINGA2_USER": "root", "ICINGA2_GROUP": "root"})
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "Instantiated 1 Service." in out.stdout and "Instantiated 1 EventCommand." in out.stdout, out.stdout[-2000:]
+    assert "warning/" not in out.stdout, out.stdout[-2000:]
+
+
+def test_a_busy_saturated_server_is_never_restarted(icinga):
+    s = icinga.scenarios["busy"]
+    with Timer("icinga2 busy"):
+        for _ in range(6):  # forced checks on top of the 1 s schedule
+            icinga.force_check("busy")
+            time.sleep(0.3)
+        wait_for("12 check results of the busy service", lambda: len(icinga.results_of("busy")) >= 12, 60,
+                 diag=icinga.diag)
+    results = icinga.results_of("busy")
+    assert all(r["state"] == 0 for r in results), [r["output"] for r in results if r["state"] != 0]
+    assert any(r["output"].startswith("VLLM OK - busy") for r in results), results[-1]
+    assert count_lines(s.counter) == 0, s.diag()
+    assert not any(": restarted:" in ln for ln in s.handler_lines())
+    assert s.sim.inference_requests() == [], "the check sent inference requests to a busy server"
+    attrs = icinga.service("busy")
+    assert attrs["state"] == 0 and "running" in attrs["last_check_result"]["output"]
+
+
+def test_a_frozen_server_is_restarted_exactly_once_and_recovers_without_another(icinga):
+    s = icinga.scenarios["stuck"]
+    with Timer("icinga2 stuck -> restart -> OK"):
+        wait_for("the restart of the frozen server", lambda: count_lines(s.counter) >= 1, 90,
+                 diag=lambda: icinga.diag() + "\n" + s.diag())
+
+        def both_ok_again():
+            return all(icinga.service(n)["state"] == 0 for n in ("stuck", "stuck-twin"))
+        wait_for("both services OK after the restart", both_ok_again, 60, diag=lambda: icinga.diag() + s.diag())
+        time.sleep(5)  # keep checking: no second restart may follow
+    assert count_lines(s.counter) == 1, s.diag()
+    lines = s.handler_lines()
+    assert sum(": restarted: verdict 'stuck'" in ln for ln in lines) == 1, "\n".join(lines)
+    # Both services reached HARD CRITICAL (checked below), so the handler ran at least twice on it.
+    assert len([ln for ln in lines if " CRITICAL HARD " in ln]) >= 2, "\n".join(lines)
+    for name in ("stuck", "stuck-twin"):
+        outs = [r["output"] for r in icinga.results_of(name)]
+        words = [o.split(" - ", 1)[1].split(":", 1)[0] if " - " in o else o for o in outs]
+        assert "stalling" in words and "stuck" in words, words
+        first_stuck = words.index("stuck")
+        assert "stalling" in words[:first_stuck], words
+        after = words[words.index("stuck", first_stuck):]
+        recovered = [w for w in after if w not in ("stuck",)]
+        assert recovered and recovered[0] in ("starting", "restarted", "busy"), words
+        assert "starting" in after or "restarted" in after, words
+
+
+def test_a_dead_server_stops_being_restarted_when_the_circuit_breaker_trips(icinga):
+    s = icinga.scenarios["dead"]
+    with Timer("icinga2 dead -> breaker"):
+        wait_for("the circuit breaker", lambda: any("circuit breaker open" in ln for ln in s.handler_lines()), 90,
+                 diag=lambda: icinga.diag() + "\n" + s.diag())
+        time.sleep(4)
+    assert count_lines(s.counter) == 2, s.diag()
+    lines = s.handler_lines()
+    assert sum(": restarted: verdict 'down'" in ln for ln in lines) == 2, "\n".join(lines)
+    breaker = [ln for ln in lines if "circuit breaker open" in ln]
+    assert "restart refused" in breaker[0] and "2 restarts in the last hour (--max-per-hour 2)" in breaker[0]
+    words = [r["output"] for r in icinga.results_of("dead")]
+    assert any("starting" in o for o in words), words
+    assert icinga.service("dead")["state"] == 2
