@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType, MappingProxyType, TracebackType
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -45,9 +45,6 @@ from prometheus_client.core import (
 )
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
-
-if TYPE_CHECKING:  # typing.Self is 3.11+, the package still installs on 3.10
-    from typing import Self
 
 __all__ = [
     "SCENARIOS",
@@ -397,7 +394,7 @@ class Simulator:
         with self._cond:
             return self._start_time
 
-    def start(self) -> Self:
+    def start(self) -> Simulator:
         """Bind and serve in a daemon thread; in scenario ``dead`` the port is bound once, then closed."""
         with self._life:
             if self._started:
@@ -419,7 +416,7 @@ class Simulator:
             self._close_listener()
             self._started = False
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Simulator:
         return self.start()
 
     def __exit__(
