@@ -229,8 +229,8 @@ def parser() -> argparse.ArgumentParser:
     )
     e = p.add_argument_group("event (from the scheduler)")
     e.add_argument("--state", required=True, help="$service.state$ / $SERVICESTATE$: OK, WARNING, CRITICAL, UNKNOWN")
-    e.add_argument("--state-type", required=True, help="$service.state_type$ / $SERVICESTATETYPE$: SOFT or HARD")
-    e.add_argument("--attempt", type=_number(int, 1), help="$service.check_attempt$ / $SERVICEATTEMPT$ (logged)")
+    e.add_argument("--state-type", required=True, metavar="TYPE", help="$service.state_type$ / $SERVICESTATETYPE$: SOFT or HARD")
+    e.add_argument("--attempt", type=_number(int, 1), metavar="N", help="$service.check_attempt$ / $SERVICEATTEMPT$ (logged)")
     t = p.add_argument_group("target (the same as the check's)")
     t.add_argument("-u", "--url", required=True, help="the vLLM base URL given to check_vllm")
     t.add_argument("--state-dir", metavar="DIR", help="the --state-dir given to check_vllm (same default)")
@@ -317,7 +317,9 @@ def handle(args: argparse.Namespace, event: Event, command: list[str], log: Logg
         data, problem = StateFile(state_path(state_dir, url, mode), target_key(url, mode)).load()
         verdict = data.get("verdict") if isinstance(data.get("verdict"), dict) else None
         entries, hist_problem = load_history(history)
-        times = [float(e["at"]) for e in entries]
+        # A restart counts from when its command finished (if it did): a verdict written while the old
+        # process was being stopped is still a verdict about the old process.
+        times = [max(float(e["at"]), _finite(e.get("done")) or 0.0) for e in entries]
         now = clock()
         decision = decide(event, verdict, problem, times, policy, now)
         if hist_problem and not decision.act:
@@ -352,12 +354,17 @@ def _restart(args: argparse.Namespace, event: Event, command: list[str], log: Lo
     started = time.monotonic()
     rc, tail = run_command(command, args.command_timeout)
     took = time.monotonic() - started
-    entry["rc"] = rc
-    entry["seconds"] = round(took, 3)
+    done = clock()
+    entry.update(rc=rc, seconds=round(took, 3), done=done)
     try:
         history.save({"restarts": entries})
     except StateError as err:
         print(f"{PROG}: restart history not updated: {err}", file=sys.stderr)
+    if rc == 0:
+        try:  # the start-up grace counts from the end of the restart: the model loads after it
+            write_marker(marker, {"restarted_at": done, "by": PROG, "verdict": verdict.get("word")})
+        except OSError as err:
+            print(f"{PROG}: restart marker not updated: {err.strerror}", file=sys.stderr)
     recent = sum(1 for e in entries if 0 <= clock() - float(e["at"]) < HOUR)
     count = f"restart {recent} of at most {args.max_per_hour} this hour"
     if rc == 0:

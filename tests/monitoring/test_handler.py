@@ -269,3 +269,21 @@ def test_help_and_version_exit_0():
     for flag in ("--help", "--version"):
         out = subprocess.run(["check_vllm_restart", flag], capture_output=True, text=True, timeout=30)
         assert out.returncode == 0 and "check_vllm_restart" in out.stdout
+
+
+def test_a_verdict_written_while_the_restart_ran_is_about_the_old_process(tmp_path):
+    """The check may run while the old process is being stopped; that verdict must not restart again,
+    and the start-up grace counts from the end of the restart."""
+    plant_verdict(tmp_path, "stuck", 2)
+    repo, tmp = str(Path(__file__).parents[2]), str(tmp_path)
+    code = (f"import time, sys; sys.path.insert(0, {repo!r}); time.sleep(0.4); "
+            "from tests.monitoring.test_handler import plant_verdict; from pathlib import Path; "
+            f"plant_verdict(Path({tmp!r}), 'stuck', 2, age=0.0); time.sleep(0.4)")
+    t0 = time.time()
+    out = handler(tmp_path, "--cooldown", "0", command=[sys.executable, "-c", code])
+    t1 = time.time()
+    assert out.returncode == 0 and ": restarted:" in out.stdout, out.stdout + out.stderr
+    at = read_marker(marker_path(tmp_path / "state", URL))
+    assert at is not None and t0 + 0.7 <= at <= t1
+    again = handler(tmp_path, "--cooldown", "0")
+    assert "before the last restart" in again.stdout, again.stdout
