@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .server import (VllmServer, VllmSetupError, VllmStartError, CACHE_DIR, ensure_tiny_model,
-                     ensure_venv, free_port)
+from .server import CACHE_DIR, VllmServer, VllmSetupError, VllmStartError, ensure_tiny_model, ensure_venv, free_port
 
 HERE = Path(__file__).resolve().parent
 TIMINGS: dict[str, float] = {}
@@ -28,6 +27,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.real_vllm)
+    # Tests that leave the session server dead (marked real_vllm_last) run after every other test.
+    items.sort(key=lambda item: item.get_closest_marker("real_vllm_last") is not None)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "real_vllm_last: kills the session's vLLM server; runs last")
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -26,8 +26,8 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
 import httpx
 
@@ -88,6 +88,17 @@ def proc_comm(pid: int) -> str:
 
 def proc_cmdline(pid: int) -> str:
     return _read(f"/proc/{pid}/cmdline").replace("\0", " ").strip()
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes in process group `pgid`, including orphans whose parent (the leader) died."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            f = _stat_fields(int(entry))
+            if f and f[0] != "Z" and int(f[2]) == pgid:
+                out.append(int(entry))
+    return out
 
 
 def descendants(root: int) -> list[int]:
@@ -303,7 +314,7 @@ class VllmServer:
         return "\n".join(text.splitlines()[-lines:])
 
     # -- lifecycle
-    def start(self, timeout: float = 240.0) -> "VllmServer":
+    def start(self, timeout: float = 240.0) -> VllmServer:
         if self.proc and self.proc.poll() is None:
             raise RuntimeError(f"vLLM server already running (pid {self.proc.pid})")
         if not self.python.exists():
@@ -374,7 +385,9 @@ class VllmServer:
         if proc is None:
             return
         pgid = proc.pid  # setsid made the server its own session and group leader
-        tracked = set(self.all_pids())
+        # group_members: when the API server died first (SIGKILLed engine), its orphans (VLLM::Worker,
+        # a multiprocessing helper) are no longer its descendants but are still in its group.
+        tracked = set(self.all_pids()) | set(group_members(pgid))
 
         def signal_all(sig: int) -> None:
             try:
@@ -417,7 +430,7 @@ class VllmServer:
             self._log_file = None
         self.proc = None
 
-    def restart(self, timeout: float = 240.0) -> "VllmServer":
+    def restart(self, timeout: float = 240.0) -> VllmServer:
         self.stop()
         return self.start(timeout=timeout)
 
@@ -463,7 +476,7 @@ class VllmServer:
                 return text
             time.sleep(interval)
         raise TimeoutError(f"/metrics condition not met within {timeout}s; last page excerpt:\n"
-                           + "\n".join(l for l in text.splitlines() if l.startswith("vllm:num_req")))
+                           + "\n".join(ln for ln in text.splitlines() if ln.startswith("vllm:num_req")))
 
 
 def neutralize(text: str, model_dir: str | os.PathLike, name: str = SERVED_MODEL_NAME) -> str:
