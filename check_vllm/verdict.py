@@ -54,6 +54,8 @@ class Probe:
     refused: bool = False  # connection refused: the server is down, not stuck
     prompt_tokens: float = 0.0
     completion_tokens: float = 0.0
+    #: The run's -t budget left the probe less than --probe-timeout: a non-answer then proves nothing.
+    cut_short: bool = False
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,8 @@ def _progressed(p: EngineReading, c: EngineReading, footprint: dict[str, float])
     return False
 
 
-def _rate(prev: Reading, cur: Reading, f: str, gap: float) -> float | None:
+def _rate(prev: Reading, cur: Reading, f: str, gap: float, own: float = 0.0) -> float | None:
+    """Per-second growth of counter `f` over all engines, less what our own probe (`own`) added."""
     deltas = [
         getattr(c, f) - getattr(prev.engines[n], f)
         for n, c in cur.engines.items()
@@ -175,7 +178,7 @@ def _rate(prev: Reading, cur: Reading, f: str, gap: float) -> float | None:
     ]
     if not deltas or gap <= 0:
         return None
-    return max(sum(deltas), 0.0) / gap
+    return max(sum(deltas) - own, 0.0) / gap
 
 
 def _gauges(reading: Reading) -> dict[str, float | None]:
@@ -257,9 +260,9 @@ def assess(state: dict[str, Any] | None, reading: Reading, settings: Settings, n
 
     new = _keep(state, reading, now, stall=stall)
     rates = {
-        "tokens_per_second": _rate(prev, reading, "generation_tokens", gap),
-        "prompt_tokens_per_second": _rate(prev, reading, "prompt_tokens", gap),
-        "steps_per_second": _rate(prev, reading, "steps", gap),
+        "tokens_per_second": _rate(prev, reading, "generation_tokens", gap, footprint.get("generation_tokens", 0.0)),
+        "prompt_tokens_per_second": _rate(prev, reading, "prompt_tokens", gap, footprint.get("prompt_tokens", 0.0)),
+        "steps_per_second": _rate(prev, reading, "steps", gap, footprint.get("steps", 0.0)),
     }
     stalled = max((now - s["since"] for s in stall.values()), default=0.0)
     word = next(w for w in _RANK if w in words.values())
@@ -292,6 +295,11 @@ def after_probe(
         return assess_failure(state, Failure("down", probe.detail), settings, now)
     if probe.status is not None and 400 <= probe.status < 500:
         text = f"no work, but the probe was rejected: {probe.detail}"
+        return replace(verdict, word="idle", state=WARNING, text=text, action=None, probe_seconds=probe.seconds,
+                       new_state=_remember(state, "idle", WARNING, text, now, verdict.engines))
+    if probe.cut_short and probe.status is None:
+        text = (f"no work, the probe got no answer ({probe.detail}) in the time -t left it, "
+                f"less than --probe-timeout: not proof of a stall")
         return replace(verdict, word="idle", state=WARNING, text=text, action=None, probe_seconds=probe.seconds,
                        new_state=_remember(state, "idle", WARNING, text, now, verdict.engines))
     # Timed out or 5xx: stuck only if a second reading shows the engine did nothing meanwhile.
@@ -344,6 +352,8 @@ def assess_failure(
         return _finish(state, "down", CRITICAL, failure.detail, {}, now=now)
     if failure.kind == "unresponsive":
         old = _sub(state, "unresponsive")
+        if not 0.0 <= now - _num(_sub(state, "verdict").get("at"), -math.inf) <= settings.max_age:
+            old = {}  # a streak from before a long gap (a host reboot, a clock jump) is not this streak
         since, count = _num(old.get("since"), now), _num(old.get("count"), 0.0) + 1
         if since > now:
             since, count = now, 1.0

@@ -244,3 +244,13 @@ def test_a_baseline_survives_a_down_run():
 def test_malformed_state_is_a_baseline_not_a_crash(garbage):
     v = assess(garbage, reading(FROZEN), S, T0)
     assert v.state != CRITICAL
+
+
+def test_our_own_probe_is_not_reported_as_throughput():
+    v0 = run([(0, reading(eng()))])[0]
+    st = after_probe(v0, Probe(ok=True, seconds=0.05, prompt_tokens=2, completion_tokens=1), None, S, T0).new_state
+    after = EngineReading(**{**eng().__dict__, "steps": 101.0, "generation_tokens": 1001.0, "prompt_tokens": 502.0,
+                             "finished": 11.0})
+    v = assess(st, reading(after), S, T0 + 60)
+    assert v.word == "idle"
+    assert (v.tokens_per_second, v.prompt_tokens_per_second, v.steps_per_second) == (0.0, 0.0, 0.0)
