@@ -76,7 +76,7 @@ class EngineReading:
             if k == "asleep":
                 if not isinstance(v, bool):
                     raise ValueError(f"bad {k}")
-            elif not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            elif not isinstance(v, (int, float)) or isinstance(v, bool) or _number(float(v)) is None:
                 raise ValueError(f"bad {k}")
         return cls(**known)  # type: ignore[arg-type]
 
@@ -105,14 +105,21 @@ def _wanted(line: str) -> bool:
     return line[:end] in _WANTED
 
 
+#: Beyond 2**53 a float no longer counts in ones: no request gauge or token counter gets there honestly.
+_LARGEST = float(1 << 53)
+
+
 def _number(value: float) -> float | None:
-    """Prometheus allows NaN and +Inf; neither is a usable count or gauge."""
-    return value if math.isfinite(value) else None
+    """Prometheus allows NaN and +Inf; neither (nor an absurd magnitude) is a usable count or gauge."""
+    return value if math.isfinite(value) and abs(value) <= _LARGEST else None
 
 
 def parse(text: str) -> Reading:
     """Parse a /metrics page. Raises NotMetrics when it holds no usable `vllm:` family."""
-    lines = [line for line in text.splitlines() if _wanted(line)]
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        lines.pop()  # a line is complete only with its newline: a cut body must not yield a cut number
+    lines = [line for line in lines if _wanted(line)]
     if not lines:
         raise NotMetrics("no vllm: metrics on the page")
     try:
@@ -132,7 +139,7 @@ def parse(text: str) -> Reading:
                 process_start = value
                 continue
             engine = labels.get("engine", "")
-            model = model or labels.get("model_name")
+            model = model or labels.get("model_name", "")[:200] or None
             if value is None:
                 continue
             if name in _CREATED:
@@ -151,6 +158,15 @@ def parse(text: str) -> Reading:
                     fields[key] = value
     if not values:
         raise NotMetrics("no vllm: request metrics on the page")
+    for engine, fields in values.items():
+        if "running" not in fields and "waiting" not in fields:
+            where = f" for engine {engine}" if engine else ""
+            raise NotMetrics(f"no vllm:num_requests_running/waiting{where}: work unknown")
+    # A page cut short or an exporter that lost its counters: no engine shows any progress signal.
+    if not any(f in fields for fields in values.values() for f in PROGRESS_FIELDS) and any(
+        fields.get("running", 0.0) > 0 or fields.get("waiting", 0.0) > 0 for fields in values.values()
+    ):
+        raise NotMetrics("work but no progress counters on the page: cannot tell busy from stuck")
     engines = {
         engine: EngineReading(
             running=max(fields.get("running", 0.0), 0.0),

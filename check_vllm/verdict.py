@@ -169,6 +169,11 @@ def _progressed(p: EngineReading, c: EngineReading, footprint: dict[str, float])
     return False
 
 
+def _comparable(p: EngineReading, c: EngineReading) -> bool:
+    """Is there any progress signal present in both readings? Without one, no-progress proves nothing."""
+    return any(getattr(p, f) is not None and getattr(c, f) is not None for f in PROGRESS_FIELDS)
+
+
 def _rate(prev: Reading, cur: Reading, f: str, gap: float, own: float = 0.0) -> float | None:
     """Per-second growth of counter `f` over all engines, less what our own probe (`own`) added."""
     deltas = [
@@ -246,8 +251,8 @@ def assess(state: dict[str, Any] | None, reading: Reading, settings: Settings, n
             words[name] = "busy" if cur.work > 0 else "idle"
         elif cur.work <= 0:
             words[name] = "idle"
-        elif p is None:
-            words[name] = "busy"  # an engine we have not seen: nothing to compare yet
+        elif p is None or not _comparable(p, cur):
+            words[name] = "busy"  # an engine we have not seen, or no signal on both pages: nothing to compare
         else:
             old = _sub(stall_in, name)
             since, count = _num(old.get("since"), at), _num(old.get("count"), 0.0)

@@ -91,6 +91,7 @@ def test_labels_in_any_order_and_unknown_families():
 vllm:num_requests_running{model_name="m",engine="0",extra="x"} 2
 vllm:something_new_total{engine="0"} 3
 vllm:num_requests_waiting{zz="1",engine="0"} 1
+vllm:generation_tokens_total{zz="1",engine="0",model_name="m"} 5
 """
     e = parse(page).engines["0"]
-    assert (e.running, e.waiting) == (2.0, 1.0)
+    assert (e.running, e.waiting, e.generation_tokens) == (2.0, 1.0, 5.0)
