@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import ssl
 import time
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +23,7 @@ DEFAULT_MAX_BYTES = 8 << 20  # a real /metrics page is ~55 KB; 8 data-parallel e
 class FetchError(Exception):
     def __init__(self, kind: str, detail: str, status: int | None = None) -> None:
         super().__init__(detail)
-        self.kind = kind  # "down" | "timeout" | "protocol" | "status" | "too large"
+        self.kind = kind  # "down" | "timeout" | "protocol" | "status" | "too large" | "redirect" | "encoding"
         self.detail = detail
         self.status = status
 
@@ -55,6 +57,10 @@ class Endpoint:
     connect_timeout: float = 5.0
     max_bytes: int = DEFAULT_MAX_BYTES
 
+    def redact(self, text: str) -> str:
+        """Server-written text with our API key blanked out: some servers echo the key they rejected."""
+        return text.replace(self.api_key, "***") if self.api_key else text
+
     def client(self) -> httpx.Client:
         verify: bool | ssl.SSLContext
         if not self.url.startswith("https:") or self.insecure:
@@ -85,6 +91,30 @@ def _why_connect_failed(err: Exception) -> str:
     return f"cannot connect ({text or err.__class__.__name__})"
 
 
+def _decoded(resp: httpx.Response, where: str, cap: int) -> Iterator[bytes]:
+    """The body, gunzipped here with a bound on each step's output: httpx would inflate a whole network
+    read at once, and 64 KB of a gzip bomb is 64 MB. Past `cap` the caller stops reading."""
+    encoding = resp.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        yield from resp.iter_raw()
+        return
+    if encoding not in ("gzip", "x-gzip", "deflate"):
+        raise FetchError("encoding", f"{where} sent Content-Encoding {encoding[:40]!r}, which was not asked for",
+                         resp.status_code)
+    inflate = zlib.decompressobj(47)  # 32 + 15: a gzip or zlib header, detected
+    try:
+        for raw in resp.iter_raw(16384):
+            data = inflate.decompress(raw, cap + 1)
+            while True:
+                yield data
+                if not inflate.unconsumed_tail:
+                    break
+                data = inflate.decompress(inflate.unconsumed_tail, cap + 1)
+        yield inflate.flush()
+    except zlib.error:
+        raise FetchError("protocol", f"{where} sent an undecodable body", resp.status_code) from None
+
+
 def request(
     client: httpx.Client, endpoint: Endpoint, method: str, path: str, timeout: float,
     body: dict[str, Any] | None = None, auth: bool = False,
@@ -104,7 +134,7 @@ def request(
     try:
         with client.stream(method, url, headers=headers, content=content, timeout=limits) as resp:
             chunks, size = [], 0
-            for chunk in resp.iter_bytes():  # decoded: the cap also stops a gzip bomb
+            for chunk in _decoded(resp, where, endpoint.max_bytes):
                 size += len(chunk)
                 if size > endpoint.max_bytes:
                     raise FetchError("too large", f"{where} sent more than {endpoint.max_bytes // 1024} KiB; stopped reading",
@@ -125,11 +155,11 @@ def request(
     except httpx.TimeoutException:
         raise FetchError("timeout", f"{where} timed out after {timeout:.1f} s") from None
     except httpx.TooManyRedirects:
-        raise FetchError("protocol", f"{where}: too many redirects") from None
+        raise FetchError("redirect", f"{where}: too many redirects") from None
     except httpx.DecodingError:
         raise FetchError("protocol", f"{where} sent an undecodable body") from None
-    except httpx.UnsupportedProtocol as err:
-        raise FetchError("protocol", f"{where}: {err}") from None
+    except httpx.UnsupportedProtocol as err:  # the URL was checked: only a redirect gets here
+        raise FetchError("redirect", f"{where}: redirected off http(s): {err}") from None
     except (httpx.HTTPError, httpx.InvalidURL, ssl.SSLError, OSError, ValueError) as err:
         detail = str(err) or err.__class__.__name__
         if "refused" in detail.lower():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -38,7 +38,7 @@ def read_metrics(client: httpx.Client, endpoint: Endpoint, timeout: float) -> Re
     except FetchError as err:
         if err.kind == "down":
             return Failure("down", f"{err.detail} ({endpoint.url})")
-        if err.kind == "too large":
+        if err.kind in ("too large", "redirect", "encoding"):  # the page is not where we were told: no metrics
             return Failure("no metrics", err.detail)
         return Failure("unresponsive", err.detail)
     if resp.status >= 500:
@@ -108,7 +108,10 @@ def observe(
                 return after_probe(verdict, Probe(False, 0.0, f"no model to probe: {err.detail}", status=400),
                                    None, settings, now())
         doing(f"the probe (POST /v1/completions, up to {options.probe_timeout:g} s)")
-        result = probes.complete(client, endpoint, model or "", left(options.probe_timeout))
+        budget = left(options.probe_timeout)
+        result = probes.complete(client, endpoint, model or "", budget)
+        if budget < options.probe_timeout:
+            result = replace(result, cut_short=True)
         reread: Reading | Failure | None = None
         if not result.ok and not result.refused and not (result.status and 400 <= result.status < 500):
             reread = metrics()

@@ -35,7 +35,7 @@ def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: floa
         return Probe(ok=False, seconds=timeout, detail=err.detail, refused=err.kind == "down")
     if resp.status != 200:
         return Probe(ok=False, seconds=resp.seconds, status=resp.status,
-                     detail=f"completion answered HTTP {resp.status}{_error_text(resp.json())}")
+                     detail=f"completion answered HTTP {resp.status}{endpoint.redact(_error_text(resp.json()))}")
     doc = resp.json()
     usage = doc.get("usage") if isinstance(doc, dict) else None
     if not isinstance(doc, dict) or not doc.get("choices"):
