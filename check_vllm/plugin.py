@@ -13,7 +13,7 @@ from nagiosplugin.performance import Performance
 
 from .fetch import Endpoint
 from .observe import Options, observe
-from .state import StateError, StateFile, marker_path, read_marker, state_path, target_key
+from .state import StateBusy, StateError, StateFile, marker_path, read_marker, state_path, target_key
 from .verdict import Settings, Verdict
 
 _STATES = {0: nagiosplugin.Ok, 1: nagiosplugin.Warn, 2: nagiosplugin.Critical, 3: nagiosplugin.Unknown}
@@ -76,10 +76,13 @@ class Server(nagiosplugin.Resource):
         path = state_path(run.state_dir, run.endpoint.url, mode)
         store = StateFile(path, target_key(run.endpoint.url, mode), run.lock_timeout)
         run.doing("the state file lock")
+        unsaved = ""
         try:
             store.lock()
-        except StateError as err:
+        except StateBusy as err:
             raise nagiosplugin.CheckError(str(err)) from None
+        except StateError as err:  # no lock can be made there: judge this run alone, and say so
+            unsaved = f"state not saved: {err}"
         try:
             state, note = store.load()
             self.state_note = note or ""
@@ -89,9 +92,12 @@ class Server(nagiosplugin.Resource):
                                   deadline=run.deadline, marker=marker, doing=run.doing)
             run.doing("writing the state file")
             try:
+                if unsaved:
+                    raise StateError(unsaved.removeprefix("state not saved: "))
                 store.save(verdict.new_state)
             except StateError as err:
-                self.save_failed, self.state_note = True, f"state not saved: {err}"
+                self.save_failed = True
+                self.state_note = "; ".join(filter(None, (self.state_note, f"state not saved: {err}")))
         finally:
             store.unlock()
         self.verdict = verdict

@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +25,10 @@ MAX_BYTES = 1 << 20  # a state file is a few KB; anything bigger is not ours
 
 class StateError(Exception):
     """The state could not be locked or saved; the message says why, for the status line."""
+
+
+class StateBusy(StateError):
+    """Another run held the lock for longer than we may wait."""
 
 
 def default_dir(env: dict[str, str] | None = None) -> Path:
@@ -87,7 +92,7 @@ class StateFile:
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     os.close(fd)
-                    raise StateError(
+                    raise StateBusy(
                         f"another check_vllm run on this target held the state lock for {self.lock_timeout:.0f} s"
                     ) from None
                 time.sleep(0.05)
@@ -101,11 +106,14 @@ class StateFile:
     def load(self) -> tuple[dict[str, Any], str | None]:
         """The saved data, or ({}, why) when there is none usable: the run then takes a baseline."""
         try:
-            fd = _open_nofollow(self.path, os.O_RDONLY)
+            fd = _open_nofollow(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a planted FIFO must not block us
         except FileNotFoundError:
             return {}, None
         except (OSError, StateError) as err:
             return {}, f"state file unreadable ({getattr(err, 'strerror', None) or err})"
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return {}, "state file is not a regular file; ignored"
         try:
             with os.fdopen(fd, "rb") as fh:
                 raw = fh.read(MAX_BYTES + 1)
