@@ -91,6 +91,9 @@ def parser() -> argparse.ArgumentParser:
                    help="runs closer than this repeat the last verdict instead of comparing (default: %(default)g)")
     d.add_argument("--reread-delay", type=_positive(float), default=3.0, metavar="S",
                    help="with no previous reading and work present, read again after S seconds (default: %(default)g)")
+    d.add_argument("--start-grace", type=_positive(float), default=900.0, metavar="S",
+                   help="after check_vllm_restart restarted the server, down/unresponsive/no metrics read as "
+                        "starting (WARNING) for S seconds (default: %(default)g)")
     d.add_argument("--max-age", type=_positive(float), default=3600.0, metavar="S",
                    help="a previous reading older than this is no baseline (default: %(default)g)")
     pr = p.add_argument_group("idle probe")
@@ -197,7 +200,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
         run = Run(
             endpoint=Endpoint(args.url, api_key=api_key, ca_file=args.ca_file, insecure=args.insecure),
             settings=Settings(stuck_readings=args.stuck_readings, stuck_seconds=args.stuck_seconds,
-                              min_gap=args.min_gap, max_age=args.max_age),
+                              min_gap=args.min_gap, max_age=args.max_age,
+                              start_grace=args.start_grace),
             options=Options(proxy=args.proxy, probe=not args.no_probe, model=args.model,
                             probe_timeout=args.probe_timeout, reread_delay=args.reread_delay),
             state_dir=Path(args.state_dir) if args.state_dir else default_dir(),

@@ -101,21 +101,19 @@ def plugin_dir(root: Path) -> Path:
     """A PluginContribDir / $USER1$ holding check_vllm and check_vllm_restart, as an operator installs them.
 
     check_vllm is the real CLI behind a two-line shim that (a) shortens the start-up grace after a
-    restart from 900 s to START_GRACE (the CLI has no option for it) and (b) notes each run in
-    runs.log so the tests can count checks without running the check themselves.
+    restart from 900 s to START_GRACE with --start-grace and (b) notes each run in runs.log so the
+    tests can count checks without running the check themselves.
     """
     d = root / "plugins"
     d.mkdir()
     shim = d / "check_vllm"
     shim.write_text(
         f"#!{sys.executable}\n"
-        "import functools, sys, time\n"
-        "import check_vllm.verdict as verdict\n"
-        f"verdict.Settings = functools.partial(verdict.Settings, start_grace={START_GRACE!r})\n"
+        "import sys, time\n"
         f"with open({str(root / 'runs.log')!r}, 'a') as fh:\n"
         "    fh.write(f'{time.time():.3f} ' + ' '.join(sys.argv[1:]) + '\\n')\n"
         "from check_vllm.cli import main\n"
-        "main()\n")
+        f"main([*sys.argv[1:], '--start-grace', '{START_GRACE:g}'])\n")
     shim.chmod(0o755)
     handler = shutil.which("check_vllm_restart")
     if handler is None:
