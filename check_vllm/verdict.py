@@ -238,7 +238,9 @@ def assess(state: dict[str, Any] | None, reading: Reading, settings: Settings, n
     if gap < settings.min_gap and not any(
         n in prev.engines and _progressed(prev.engines[n], e, footprint) for n, e in reading.engines.items()
     ):
-        return _too_soon(state, reading, g, gap, now)
+        repeated = _too_soon(state, reading, g, gap, now)
+        if repeated is not None:
+            return repeated
 
     stall_in = _sub(state, "stall")
     stall: dict[str, dict[str, float]] = {}
@@ -441,10 +443,17 @@ def _restarted(state: dict[str, Any], reading: Reading, why: str, g: dict[str, f
     return _finish(new, "restarted", OK, text, g, action=action, engines={n: "restarted" for n in reading.engines})
 
 
-def _too_soon(state: dict[str, Any], reading: Reading, g: dict[str, float | None], gap: float, now: float) -> Verdict:
-    """Runs closer together than min_gap: keep the older baseline and repeat the last verdict."""
+def _too_soon(state: dict[str, Any], reading: Reading, g: dict[str, float | None], gap: float,
+              now: float) -> Verdict | None:
+    """Runs closer together than min_gap: keep the older baseline and repeat the last verdict.
+
+    None when the work is gone since a busy/stalling/stuck verdict: that verdict no longer describes the
+    server, and with no work there is nothing a short gap could wrongly call stalled, so judge afresh.
+    """
     last = _sub(state, "verdict")
     word, code = last.get("word"), last.get("state")
+    if word in ("busy", "stalling", "stuck") and reading.work <= 0:
+        return None
     if word not in ("busy", "stalling", "stuck", "idle", "restarted") or code not in (OK, WARNING, CRITICAL):
         word, code = "busy" if reading.work > 0 else "idle", OK
     text = f"{_counts(g)} (verdict of {_fmt_seconds(gap)} ago repeated: too soon to compare)"
