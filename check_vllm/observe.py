@@ -7,6 +7,7 @@ a timeout cut to what is left of the caller's deadline, so a slow server earns a
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -29,6 +30,8 @@ class Options:
     metrics_timeout: float = 10.0
     #: With no usable previous reading and work present, read again this much later.
     reread_delay: float = 3.0
+    #: False where the caller reads again soon anyway (the Netdata plugin's next tick).
+    reread: bool = True
 
 
 def read_metrics(client: httpx.Client, endpoint: Endpoint, timeout: float) -> Reading | Failure:
@@ -62,12 +65,24 @@ def models(client: httpx.Client, endpoint: Endpoint, kind: str, detail: str, tim
     return Failure(kind, detail, models_ok=True, model=model)
 
 
+@dataclass(frozen=True)
+class Observation:
+    verdict: Verdict
+    #: The newest good /metrics reading of the observation (None when there was none), for charts.
+    reading: Reading | None = None
+
+
 def observe(
     client: httpx.Client, endpoint: Endpoint, state: dict[str, Any], settings: Settings, options: Options, *,
-    deadline: float, marker: float | None = None, now: Callable[[], float] = time.time,
+    deadline: float = math.inf, marker: float | None = None, now: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep, doing: Callable[[str], None] = lambda what: None,
-) -> Verdict:
-    """One full observation; `deadline` is on the monotonic clock."""
+    may_probe: Callable[[], bool] = lambda: True,
+) -> Observation:
+    """One full observation; `deadline` is on the monotonic clock.
+
+    `may_probe` is asked only when the verdict wants a probe and `options.probe` allows one: the Netdata
+    plugin uses it to probe an idle server at most once per probe_every.
+    """
 
     def left(cap: float) -> float:
         return max(min(cap, deadline - time.monotonic()), 0.1)
@@ -78,35 +93,36 @@ def observe(
 
     if options.proxy:
         doing("GET /v1/models")
-        return assess_failure(state, models(client, endpoint, "proxy", "", left(options.metrics_timeout)),
-                              settings, now())
+        return Observation(assess_failure(
+            state, models(client, endpoint, "proxy", "", left(options.metrics_timeout)), settings, now()))
 
     got = metrics()
     if isinstance(got, Failure):
         if got.kind == "no metrics":
             doing("GET /v1/models")
             got = models(client, endpoint, "no metrics", got.detail, left(options.metrics_timeout))
-        return assess_failure(state, got, settings, now(), marker)
+        return Observation(assess_failure(state, got, settings, now(), marker))
     verdict = assess(state, got, settings, now())
 
     pause = max(options.reread_delay, settings.min_gap)  # a shorter gap would prove nothing
-    if verdict.action == "reread" and time.monotonic() + pause + 1 < deadline:
+    if verdict.action == "reread" and options.reread and time.monotonic() + pause + 1 < deadline:
         doing(f"{pause:g} s between two readings")
         sleep(pause)
         again = metrics()
         if isinstance(again, Failure):
-            return assess_failure(verdict.new_state, again, settings, now(), marker)
+            return Observation(assess_failure(verdict.new_state, again, settings, now(), marker), got)
         got, verdict = again, assess(verdict.new_state, again, settings, now())
 
-    if verdict.action == "probe" and options.probe:
+    if verdict.action == "probe" and options.probe and may_probe():
         model = options.model or got.model
         if not model:
             doing("GET /v1/models")
             try:
                 model = probes.first_model(client, endpoint, left(options.metrics_timeout))
             except FetchError as err:
-                return after_probe(verdict, Probe(False, 0.0, f"no model to probe: {err.detail}", status=400),
-                                   None, settings, now())
+                return Observation(after_probe(
+                    verdict, Probe(False, 0.0, f"no model to probe: {err.detail}", status=400), None, settings, now()),
+                    got)
         doing(f"the probe (POST /v1/completions, up to {options.probe_timeout:g} s)")
         budget = left(options.probe_timeout)
         result = probes.complete(client, endpoint, model or "", budget)
@@ -116,4 +132,6 @@ def observe(
         if not result.ok and not result.refused and not (result.status and 400 <= result.status < 500):
             reread = metrics()
         verdict = after_probe(verdict, result, reread, settings, now())
-    return verdict
+        if isinstance(reread, Reading):
+            got = reread
+    return Observation(verdict, got)

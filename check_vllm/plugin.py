@@ -89,7 +89,7 @@ class Server(nagiosplugin.Resource):
             marker = read_marker(marker_path(run.state_dir, run.endpoint.url))
             with run.endpoint.client() as client:
                 verdict = observe(client, run.endpoint, state, run.settings, run.options,
-                                  deadline=run.deadline, marker=marker, doing=run.doing)
+                                  deadline=run.deadline, marker=marker, doing=run.doing).verdict
             run.doing("writing the state file")
             try:
                 if unsaved:

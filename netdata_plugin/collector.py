@@ -21,11 +21,10 @@ from typing import Any, TextIO
 
 import httpx
 
-from check_vllm import probe as probes
-from check_vllm.fetch import Endpoint, FetchError
-from check_vllm.observe import models, read_metrics
+from check_vllm.fetch import Endpoint
+from check_vllm.observe import Options, observe
 from check_vllm.reading import Reading
-from check_vllm.verdict import Failure, Probe, Settings, Verdict, after_probe, assess, assess_failure
+from check_vllm.verdict import Settings, Verdict
 
 from . import charts
 from .config import Job
@@ -55,6 +54,9 @@ class JobCollector:
         # A comparison needs a gap; at update_every 1 it must not be longer than the tick itself.
         self.settings = Settings(stuck_readings=job.stuck_readings, stuck_seconds=job.stuck_seconds,
                                  min_gap=min(2.0, 0.5 * job.update_every))
+        # The next tick reads again anyway: never sleep for a second reading inside one.
+        self.options = Options(proxy=job.proxy, probe=job.probes, model=job.model, probe_timeout=job.probe_timeout,
+                               metrics_timeout=job.timeout, reread=False)
         self.state: dict[str, Any] = {}
         self.engines: tuple[str, ...] = ()  # engines that have their own dimensions (bounded)
         self.model: str | None = None
@@ -68,40 +70,19 @@ class JobCollector:
 
     # ------------------------------------------------------------------ observation
 
-    def _probe_due(self, verdict: Verdict) -> bool:
-        if verdict.action != "probe" or not self.job.probes:
+    def _may_probe(self) -> bool:
+        """Asked by observe() only when the server is idle and a probe would prove it: at most once per probe_every."""
+        if self.last_probe is not None and self.mono() - self.last_probe < self.job.probe_every:
             return False
-        return self.last_probe is None or self.mono() - self.last_probe >= self.job.probe_every
+        self.last_probe = self.mono()
+        self.probes_sent += 1
+        return True
 
     def observe(self) -> tuple[Verdict, Reading | None, float | None]:
         """One GET /metrics (plus, rarely, the idle probe): the verdict, the reading, the probe's seconds."""
-        job, client, ep = self.job, self.client, self.endpoint
-        if job.proxy:
-            return assess_failure(self.state, models(client, ep, "proxy", "", job.timeout), self.settings,
-                                  self.wall()), None, None
-        got = read_metrics(client, ep, job.timeout)
-        if isinstance(got, Failure):
-            if got.kind == "no metrics":
-                got = models(client, ep, "no metrics", got.detail, job.timeout)
-            return assess_failure(self.state, got, self.settings, self.wall()), None, None
-        verdict = assess(self.state, got, self.settings, self.wall())
-        if not self._probe_due(verdict):
-            return verdict, got, None
-        self.last_probe = self.mono()
-        self.probes_sent += 1
-        model = job.model or got.model
-        if not model:
-            try:
-                model = probes.first_model(client, ep, job.timeout)
-            except FetchError as err:
-                result = Probe(False, 0.0, f"no model to probe: {err.detail}", status=400)
-                return after_probe(verdict, result, None, self.settings, self.wall()), got, None
-        result = probes.complete(client, ep, model or "", job.probe_timeout)
-        reread: Reading | Failure | None = None
-        if not result.ok and not result.refused and not (result.status and 400 <= result.status < 500):
-            reread = read_metrics(client, ep, job.timeout)
-        verdict = after_probe(verdict, result, reread, self.settings, self.wall())
-        return verdict, reread if isinstance(reread, Reading) else got, result.seconds
+        seen = observe(self.client, self.endpoint, self.state, self.settings, self.options,
+                       now=self.wall, may_probe=self._may_probe)
+        return seen.verdict, seen.reading, seen.verdict.probe_seconds
 
     # ------------------------------------------------------------------ charting
 
