@@ -5,8 +5,7 @@
 #   .ci/monitoring-deps.sh        # needs root (apt-get); exits non-zero when anything is missing after
 #
 # Traps handled here (see /work/shared/REAL-COMPONENTS.md):
-#   - Debian's maintainer scripts would start the daemons: /usr/sbin/policy-rc.d (exit 101) stops that.
-#     The tests start their own instances with their own config and directories on 127.0.0.1.
+#   - .ci/apt-install.sh: no daemon starts on install (policy-rc.d), waits for the dpkg lock.
 #   - `apt-get update` runs at most once per invocation, and only when a package is missing.
 #   - openssl is needed for the Icinga 2 REST API certificate the tests generate.
 set -Eeuo pipefail
@@ -25,20 +24,8 @@ if have_all; then
     exit 0
 fi
 
-[ "$(id -u)" = 0 ] || die "not root: run as root, or install ${PACKAGES[*]} yourself"
-command -v apt-get >/dev/null || die "no apt-get: install ${PACKAGES[*]} from your distribution"
-
-if [ ! -e /usr/sbin/policy-rc.d ]; then
-    log "writing /usr/sbin/policy-rc.d so no daemon starts on install"
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-    chmod 0755 /usr/sbin/policy-rc.d
-fi
-
-export DEBIAN_FRONTEND=noninteractive
-log "apt-get update"
-apt-get update -qq || die "apt-get update failed"
-log "apt-get install ${PACKAGES[*]}"
-apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null || die "apt-get install ${PACKAGES[*]} failed"
+source "$(dirname "$0")/apt-install.sh"
+apt_install monitoring-deps "${PACKAGES[@]}" || exit 1
 
 have_all || die "installed, but icinga2 / nagios4 / openssl are still not on PATH"
 log "installed: $(icinga2 --version 2>/dev/null | head -1 | sed 's/^ *//'); $(nagios4 --version 2>/dev/null | grep -m1 -i '^nagios core')"

@@ -22,13 +22,11 @@ Exit codes: 0 when it decided (acting or not), 1 when the restart command failed
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,7 +35,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from . import __version__
-from .state import StateError, StateFile, default_dir, marker_path, state_path, target_key
+from .state import StateError, StateFile, default_dir, marker_path, state_path, target_key, write_json
 
 PROG = "check_vllm_restart"
 
@@ -152,28 +150,6 @@ def load_history(store: StateFile) -> tuple[list[dict[str, Any]], str | None]:
     raw = data.get("restarts")
     entries: list[Any] = raw if isinstance(raw, list) else []
     return [e for e in entries if isinstance(e, dict) and _finite(e.get("at")) is not None], problem
-
-
-def write_marker(path: Path, doc: dict[str, Any]) -> None:
-    """Atomically (temp file, fsync, rename), mode 0600, in the state directory."""
-    body = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(body)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-# --------------------------------------------------------------------------- the command
 
 
 def run_command(argv: list[str], timeout: float) -> tuple[int | None, str]:
@@ -346,7 +322,7 @@ def _restart(args: argparse.Namespace, event: Event, command: list[str], log: Lo
     marker = marker_path(state_dir, url)
     try:
         history.save({"restarts": entries})
-        write_marker(marker, {"restarted_at": now, "by": PROG, "verdict": verdict.get("word")})
+        write_json(marker, {"restarted_at": now, "by": PROG, "verdict": verdict.get("word")})
     except (StateError, OSError) as err:
         log("no restart", f"{decision.why}, but the restart history cannot be written ({err}); "
                           "not restarting without a record", event)
@@ -362,7 +338,7 @@ def _restart(args: argparse.Namespace, event: Event, command: list[str], log: Lo
         print(f"{PROG}: restart history not updated: {err}", file=sys.stderr)
     if rc == 0:
         try:  # the start-up grace counts from the end of the restart: the model loads after it
-            write_marker(marker, {"restarted_at": done, "by": PROG, "verdict": verdict.get("word")})
+            write_json(marker, {"restarted_at": done, "by": PROG, "verdict": verdict.get("word")})
         except OSError as err:
             print(f"{PROG}: restart marker not updated: {err.strerror}", file=sys.stderr)
     recent = sum(1 for e in entries if 0 <= clock() - float(e["at"]) < HOUR)

@@ -136,24 +136,29 @@ class StateFile:
 
     def save(self, data: dict[str, Any]) -> None:
         doc = {"format": FORMAT, "version": VERSION, "target": self.target, "written": time.time(), "data": data}
-        body = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.path.parent)
+            write_json(self.path, doc)
         except OSError as err:
-            raise StateError(f"cannot write state in {self.path.parent}: {err.strerror}") from None
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(body)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, self.path)  # replaces a planted symlink itself, never its target
-        except OSError as err:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             raise StateError(f"cannot write state {self.path}: {err.strerror}") from None
+
+
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    """Atomically: a 0600 temp file beside `path`, fsync, rename. A planted symlink is replaced, not followed."""
+    body = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def marker_path(state_dir: Path, url: str) -> Path:
