@@ -74,8 +74,8 @@ def check(tmp_path: Path) -> Callable[..., Outcome]:
     state = tmp_path / "state"
 
     def run(*args: str, env: dict[str, str] | None = None, state_dir: Path | None = state,
-            vet: bool = True) -> Outcome:
-        argv = [CHECK, *(("--state-dir", str(state_dir)) if state_dir is not None else ()), *args]
+            vet: bool = True, prefix: tuple[str, ...] = ()) -> Outcome:
+        argv = [*prefix, CHECK, *(("--state-dir", str(state_dir)) if state_dir is not None else ()), *args]
         started = time.monotonic()
         code, out, err, rss = spawn(argv, env={**os.environ, **(env or {})})
         r = Outcome(code, out, err, seconds=time.monotonic() - started, rss_kb=rss)
