@@ -21,12 +21,28 @@ import time
 from pathlib import Path
 
 if __package__:
-    from .server import (VllmServer, ensure_tiny_model, ensure_venv, free_port, neutralize,
-                         sample_sum, CACHE_DIR, REPO_ROOT)
+    from .server import (
+        CACHE_DIR,
+        REPO_ROOT,
+        VllmServer,
+        ensure_tiny_model,
+        ensure_venv,
+        free_port,
+        neutralize,
+        sample_sum,
+    )
 else:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from server import (VllmServer, ensure_tiny_model, ensure_venv, free_port, neutralize,  # noqa: E402
-                        sample_sum, CACHE_DIR, REPO_ROOT)
+    from server import (  # noqa: E402
+        CACHE_DIR,
+        REPO_ROOT,
+        VllmServer,
+        ensure_tiny_model,
+        ensure_venv,
+        free_port,
+        neutralize,
+        sample_sum,
+    )
 
 ENGINE = ["vllm:iteration_tokens_total_count", "vllm:iteration_tokens_total_sum",
           "vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:request_success_total",

@@ -132,7 +132,7 @@ def test_sigstop_engine_core_freezes_counters_but_endpoints_answer(vllm_server):
 def test_restart_changes_identity_and_resets_counters(vllm_server):
     before = vllm_server.metrics_text()
     start_before = sample_sum(before, "process_start_time_seconds")
-    created_before = {(n, tuple(sorted(l.items()))): v for n, l, v in parse_samples(before)
+    created_before = {(n, tuple(sorted(lab.items()))): v for n, lab, v in parse_samples(before)
                       if n.startswith("vllm:") and n.endswith("_created")}
     assert start_before and created_before
     assert sample_sum(before, "vllm:request_success_total") > 0
@@ -147,7 +147,7 @@ def test_restart_changes_identity_and_resets_counters(vllm_server):
     assert sample_sum(after, "vllm:request_success_total") == 0
     assert sample_sum(after, "vllm:iteration_tokens_total_count") == 0
     assert sample_sum(after, "vllm:generation_tokens_total") == 0
-    created_after = {(n, tuple(sorted(l.items()))): v for n, l, v in parse_samples(after)
+    created_after = {(n, tuple(sorted(lab.items()))): v for n, lab, v in parse_samples(after)
                      if n.startswith("vllm:") and n.endswith("_created")}
     common = set(created_before) & set(created_after)
     assert common and all(created_after[k] > created_before[k] for k in common)
