@@ -59,6 +59,7 @@ SCENARIOS: Final[tuple[str, ...]] = (
     "busy",
     "long_prefill",
     "stuck",
+    "hung_idle",
     "restarted",
     "dp_one_frozen",
     "multiprocess",
@@ -178,6 +179,7 @@ class _Mode(enum.Enum):
     BUSY = "busy"
     PREFILL = "prefill"
     STUCK = "stuck"
+    HUNG = "hung"  # frozen with no work: metrics say idle, a completion never gets an answer
     SLEEPING = "sleeping"
 
 
@@ -533,6 +535,8 @@ class Simulator:
             return _Mode.PREFILL
         if scenario == "stuck":
             return _Mode.STUCK
+        if scenario == "hung_idle":
+            return _Mode.HUNG
         if scenario == "sleeping":
             return _Mode.SLEEPING
         return _Mode.IDLE
@@ -573,7 +577,7 @@ class Simulator:
             elif mode is _Mode.PREFILL:
                 grown = max(engine.kv_usage, KV_PREFILL_START) + KV_PREFILL_GROWTH_PER_SECOND * dt
                 engine.kv_usage = min(KV_PREFILL_CAP, grown)
-            elif mode is _Mode.STUCK:
+            elif mode in (_Mode.STUCK, _Mode.HUNG):
                 pass  # frozen: neither counters nor gauges move
             else:
                 engine.kv_usage = 0.0
@@ -659,7 +663,7 @@ class Simulator:
                         return _Outcome.SLEEPING
                     now = time.monotonic()
                     running, _ = self._background(0)
-                    admitted = running < self.max_num_seqs or (
+                    admitted = mode is not _Mode.HUNG and running < self.max_num_seqs or (
                         mode is _Mode.BUSY
                         and now - max(enqueued, self._scenario_since) >= self.busy_queue_seconds
                     )

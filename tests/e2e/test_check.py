@@ -252,3 +252,13 @@ def test_state_file_is_private_and_versioned(sim: Simulator, run_check, tmp_path
     doc = json.loads(files[0].read_text())
     assert doc["format"] == "check_vllm-state" and doc["version"] == 1
     assert doc["data"]["verdict"]["word"] == "idle"
+
+
+def test_idle_engine_that_never_answers_the_probe_is_stuck(sim: Simulator, run_check):
+    sim.set_scenario("hung_idle")  # metrics say idle (a frozen engine reports nothing new), completions hang
+    started = time.monotonic()
+    r = run_check("-u", sim.url, "--probe-timeout", "1.5", *FAST)
+    assert (r.code, r.word) == (CRITICAL, "stuck"), r.out
+    assert "probe went unanswered" in r.status
+    assert time.monotonic() - started < 10
+    assert len(sim.inference_requests()) == 1  # one probe, and only because the engine looked idle

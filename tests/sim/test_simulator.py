@@ -387,7 +387,7 @@ def test_request_log_records_traffic_but_not_control_calls(make_sim: Callable[..
 
 
 def test_scenarios_tuple_is_complete() -> None:
-    assert SCENARIOS == ("idle", "busy", "long_prefill", "stuck", "restarted", "dp_one_frozen", "multiprocess",
+    assert SCENARIOS == ("idle", "busy", "long_prefill", "stuck", "hung_idle", "restarted", "dp_one_frozen", "multiprocess",
                          "no_metrics", "html", "http_500", "http_502", "sleeping", "slow", "dead")
     with pytest.raises(ValueError):
         Simulator(scenario="on_fire")
@@ -421,3 +421,16 @@ def test_cli_prints_its_url_serves_and_exits_0_on_sigterm() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
+
+
+def test_hung_idle_shows_no_work_and_never_answers(make_sim: Callable[..., Simulator]) -> None:
+    sim = make_sim(scenario="busy")
+    time.sleep(0.05)
+    sim.set_scenario("hung_idle")
+    before = scrape(sim)
+    assert (value(before, "vllm:num_requests_running", **eng()), value(before, "vllm:num_requests_waiting", **eng())) \
+        == (0.0, 0.0)
+    with pytest.raises(httpx.TimeoutException):
+        complete(sim, timeout=0.5)
+    time.sleep(0.15)
+    assert progress(scrape(sim)) == progress(before)
