@@ -18,7 +18,7 @@ import httpx
 from .simulator import Simulator
 
 STATES = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
-FAST = ["--min-gap", "0.5", "--reread-delay", "0.6", "--stuck-seconds", "0", "-t", "6"]
+FAST = ["--min-gap", "0.5", "--reread-delay", "0.6", "--stuck-seconds", "0", "--probe-timeout", "2", "-t", "6"]
 
 #: scenario, what it stands for, how many runs to show (stuck needs a history)
 SCENARIOS = (
@@ -26,6 +26,7 @@ SCENARIOS = (
     ("busy", "all slots full, requests queued, counters moving", 2),
     ("long_prefill", "one long prompt being read: only the KV cache moves", 2),
     ("stuck", "engine frozen with work queued: OK -> WARNING -> CRITICAL", 3),
+    ("hung_idle", "engine frozen with no work: /metrics looks idle, only the probe can tell", 1),
     ("dp_one_frozen", "two data-parallel engines, engine 1 frozen", 3),
     ("restarted", "the server came back as a new process", 1),
     ("sleeping", "vLLM sleep mode", 1),
