@@ -12,8 +12,7 @@ import ssl
 import time
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -28,8 +27,7 @@ class FetchError(Exception):
         self.status = status
 
 
-@dataclass(frozen=True)
-class Response:
+class Response(NamedTuple):
     status: int
     body: bytes
     content_type: str
@@ -46,8 +44,7 @@ class Response:
         return self.body.decode("utf-8", errors="replace")
 
 
-@dataclass(frozen=True)
-class Endpoint:
+class Endpoint(NamedTuple):
     """Where and how to talk to one vLLM server."""
 
     url: str

@@ -10,8 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -21,8 +20,7 @@ from .reading import NotMetrics, Reading, parse
 from .verdict import Failure, Probe, Settings, Verdict, after_probe, assess, assess_failure
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(NamedTuple):
     proxy: bool = False
     probe: bool = True
     model: str | None = None
@@ -65,8 +63,7 @@ def models(client: httpx.Client, endpoint: Endpoint, kind: str, detail: str, tim
     return Failure(kind, detail, models_ok=True, model=model)
 
 
-@dataclass(frozen=True)
-class Observation:
+class Observation(NamedTuple):
     verdict: Verdict
     #: The newest good /metrics reading of the observation (None when there was none), for charts.
     reading: Reading | None = None
@@ -127,7 +124,7 @@ def observe(
         budget = left(options.probe_timeout)
         result = probes.complete(client, endpoint, model or "", budget)
         if budget < options.probe_timeout:
-            result = replace(result, cut_short=True)
+            result = result._replace(cut_short=True)
         reread: Reading | Failure | None = None
         if not result.ok and not result.refused and not (result.status and 400 <= result.status < 500):
             reread = metrics()

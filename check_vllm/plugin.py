@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import nagiosplugin
 from nagiosplugin.performance import Performance
@@ -44,8 +43,7 @@ def _unit(metric: nagiosplugin.Metric) -> str:
     return metric.uom if metric.value is not None else ""  # "U", never "U%"
 
 
-@dataclass
-class Run:
+class Run(NamedTuple):
     """Everything one run needs, decided by the command line."""
 
     endpoint: Endpoint

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from .reading import COUNTER_FIELDS, PROGRESS_FIELDS, EngineReading, Reading
 
@@ -31,8 +32,7 @@ _RANK = ("stuck", "stalling", "busy", "idle", "sleeping")
 FAILED_PROBE_FOOTPRINT = {"prompt_tokens": 64.0, "completion_tokens": 1.0}
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     stuck_readings: int = 2
     stuck_seconds: float = 120.0
     #: A comparison over less time than this proves nothing about a stall.
@@ -43,8 +43,7 @@ class Settings:
     start_grace: float = 900.0
 
 
-@dataclass(frozen=True)
-class Probe:
+class Probe(NamedTuple):
     """What the tiny completion sent to an idle server came back with."""
 
     ok: bool
@@ -58,8 +57,7 @@ class Probe:
     cut_short: bool = False
 
 
-@dataclass(frozen=True)
-class Failure:
+class Failure(NamedTuple):
     """/metrics could not be read (or is not to be read, in proxy mode)."""
 
     kind: str  # "down" | "unresponsive" | "no metrics" | "proxy"
@@ -68,15 +66,14 @@ class Failure:
     model: str | None = None
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     word: str
     state: int
     text: str
     new_state: dict[str, Any]
     #: "probe": idle, a 1-token completion would prove it; "reread": no baseline, read again soon.
     action: str | None = None
-    engines: dict[str, str] = field(default_factory=dict)
+    engines: Mapping[str, str] = MappingProxyType({})  # read-only: a shared default must not be mutable
     running: float | None = None
     waiting: float | None = None
     kv_cache: float | None = None  # percent, the fullest engine
@@ -255,6 +252,16 @@ def assess(state: dict[str, Any] | None, reading: Reading, settings: Settings, n
             words[name] = "idle"
         elif p is None or not _comparable(p, cur):
             words[name] = "busy"  # an engine we have not seen, or no signal on both pages: nothing to compare
+        elif gap < settings.min_gap:
+            # another engine's progress let this comparison happen; for this one so short a gap proves nothing:
+            # its stall neither grows nor ends, and its last word stands
+            old = _sub(stall_in, name)
+            prior = _sub(_sub(state, "verdict"), "engines").get(name)
+            if old and prior in ("stalling", "stuck"):
+                stall[name] = {"since": min(_num(old.get("since"), at), now), "count": _num(old.get("count"), 1.0)}
+                words[name] = prior
+            else:
+                words[name] = "busy"
         else:
             old = _sub(stall_in, name)
             since, count = _num(old.get("since"), at), _num(old.get("count"), 0.0)
@@ -296,27 +303,27 @@ def after_probe(
         head = "" if verdict.word == "idle" else verdict.text + "; "
         word = verdict.word
         text = f"{head}probe answered in {probe.seconds:.2f} s"
-        return replace(verdict, text=text, word=word, new_state=_remember(state, word, OK, text, now, verdict.engines),
+        return verdict._replace(text=text, word=word, new_state=_remember(state, word, OK, text, now, verdict.engines),
                        probe_seconds=probe.seconds, action=None)
     if probe.refused:
         return assess_failure(state, Failure("down", probe.detail), settings, now)
     if probe.status is not None and 400 <= probe.status < 500:
         text = f"no work, but the probe was rejected: {probe.detail}"
-        return replace(verdict, word="idle", state=WARNING, text=text, action=None, probe_seconds=probe.seconds,
+        return verdict._replace(word="idle", state=WARNING, text=text, action=None, probe_seconds=probe.seconds,
                        new_state=_remember(state, "idle", WARNING, text, now, verdict.engines))
     if probe.cut_short and probe.status is None:
         text = (f"no work, the probe got no answer ({probe.detail}) in the time -t left it, "
                 f"less than --probe-timeout: not proof of a stall")
-        return replace(verdict, word="idle", state=WARNING, text=text, action=None, probe_seconds=probe.seconds,
+        return verdict._replace(word="idle", state=WARNING, text=text, action=None, probe_seconds=probe.seconds,
                        new_state=_remember(state, "idle", WARNING, text, now, verdict.engines))
     # Timed out or 5xx: stuck only if a second reading shows the engine did nothing meanwhile.
     if isinstance(reread, Failure):
         failed = assess_failure(state, reread, settings, now)
-        return replace(failed, text=f"{failed.text}; the probe failed too: {probe.detail}")
+        return failed._replace(text=f"{failed.text}; the probe failed too: {probe.detail}")
     base = _baseline(state)
     if reread is None or base is None:
         text = f"no work, the probe failed ({probe.detail}) and there was no second reading"
-        return replace(verdict, state=WARNING, text=text, action=None, probe_seconds=probe.seconds,
+        return verdict._replace(state=WARNING, text=text, action=None, probe_seconds=probe.seconds,
                        new_state=_remember(state, verdict.word, WARNING, text, now, verdict.engines))
     prev, _ = base
     if _restart_reason(prev, reread):
@@ -407,7 +414,7 @@ def _keep(state: dict[str, Any], reading: Reading, now: float, stall: dict[str, 
 
 
 def _remember(state: dict[str, Any], word: str, code: int, text: str, now: float,
-              engines: dict[str, str]) -> dict[str, Any]:
+              engines: Mapping[str, str]) -> dict[str, Any]:
     state = dict(state)
     state["verdict"] = {"word": word, "state": code, "text": text, "at": now, "engines": dict(engines)}
     return state
@@ -447,18 +454,31 @@ def _too_soon(state: dict[str, Any], reading: Reading, g: dict[str, float | None
               now: float) -> Verdict | None:
     """Runs closer together than min_gap: keep the older baseline and repeat the last verdict.
 
-    None when the work is gone since a busy/stalling/stuck verdict: that verdict no longer describes the
-    server, and with no work there is nothing a short gap could wrongly call stalled, so judge afresh.
+    An engine whose work is gone since then is no longer busy, stalling or stuck: it reads idle. None when
+    there is no work and nothing fit to repeat (work gone since a busy/stalling/stuck verdict, or a verdict
+    that was no judgement of progress): with no work a short gap cannot wrongly call anything stalled, so
+    the caller judges afresh (and probes).
     """
     last = _sub(state, "verdict")
     word, code = last.get("word"), last.get("state")
-    if word in ("busy", "stalling", "stuck") and reading.work <= 0:
+    working = ("busy", "stalling", "stuck")
+    if word in working and reading.work <= 0:
         return None
-    if word not in ("busy", "stalling", "stuck", "idle", "restarted") or code not in (OK, WARNING, CRITICAL):
-        word, code = "busy" if reading.work > 0 else "idle", OK
+    engines = {str(n): str(w) for n, w in _sub(last, "engines").items()}
+    for name, e in reading.engines.items():
+        if e.work <= 0 and engines.get(name) in working:
+            engines[name] = "idle"
+        elif e.work > 0 and engines.get(name) not in working:
+            engines[name] = "busy"  # work arrived: not proven either way before the next comparison
+    if word in working or (word == "idle" and reading.work > 0):
+        word = next(w for w in _RANK if w in engines.values())
+        code = {"stuck": CRITICAL, "stalling": WARNING}.get(word, OK)
+    if word not in (*working, "idle", "restarted") or code not in (OK, WARNING, CRITICAL):
+        if reading.work <= 0:
+            return None  # nothing worth repeating (down, a failed probe...): judge afresh
+        word, code = "busy", OK
     text = f"{_counts(g)} (verdict of {_fmt_seconds(gap)} ago repeated: too soon to compare)"
-    engines = _sub(last, "engines")
-    stall = _sub(state, "stall")
+    stall = {n: s for n, s in _sub(state, "stall").items() if engines.get(n) in ("stuck", "stalling")}
     stalled = max((now - _num(s.get("since"), now) for s in stall.values() if isinstance(s, dict)), default=0.0)
     return Verdict(word=word, state=code, text=text, new_state=state, engines=engines,
                    running=g["running"], waiting=g["waiting"], kv_cache=g["kv_cache"], stalled_seconds=stalled)

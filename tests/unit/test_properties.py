@@ -117,6 +117,11 @@ def test_random_histories_keep_the_promises(cfg, steps, engines, identity):
             if word == "stuck":
                 eng = world.engines[name]
                 assert eng.running + eng.waiting > 0, (name, v.status)
+                if "repeated" in v.text:
+                    # within --min-gap the last verdict stands (the baseline is kept): it must have been stuck,
+                    # and a gauge that moved and came back in between is invisible to any reader of /metrics
+                    assert last_final == ("stuck", CRITICAL), (last_final, v.status)
+                    continue
                 assert i - eng.moved_step >= cfg.stuck_readings, (i, eng.moved_step, v.status)
                 assert now - eng.moved_at >= cfg.stuck_seconds, (now - eng.moved_at, v.status)
         # a restart is never compared with the process before it

@@ -254,3 +254,17 @@ def test_our_own_probe_is_not_reported_as_throughput():
     v = assess(st, reading(after), S, T0 + 60)
     assert v.word == "idle"
     assert (v.tokens_per_second, v.prompt_tokens_per_second, v.steps_per_second) == (0.0, 0.0, 0.0)
+
+
+def test_short_gap_never_counts_a_stall_reading_even_when_another_engine_moves():
+    """Found by hypothesis: another engine's progress must not turn a 0.5 s gap into proof of a stall."""
+    s = Settings(stuck_readings=1, stuck_seconds=0, min_gap=2)
+    v = run([(0, reading(eng(2, 0, steps=1), FROZEN)), (3, reading(eng(2, 0, steps=2), FROZEN))], s)
+    assert v[1].engines == {"0": "busy", "1": "stuck"}
+    # 0.5 s later engine 1's work is gone (its KV freed: that is movement), engine 0 has a request queued
+    later = assess(v[1].new_state, reading(eng(0, 1, steps=2), eng(0, 0)), s, T0 + 3.5)
+    assert later.engines == {"0": "busy", "1": "idle"} and (later.word, later.state) == ("busy", OK)
+    # and an engine already stuck stays stuck, its stall count unchanged, while the other one moves
+    still = assess(v[1].new_state, reading(eng(2, 0, steps=9), FROZEN), s, T0 + 3.5)
+    assert still.engines == {"0": "busy", "1": "stuck"}
+    assert still.new_state["stall"]["1"]["count"] == v[1].new_state["stall"]["1"]["count"]
