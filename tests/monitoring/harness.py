@@ -131,3 +131,25 @@ def count_lines(path: Path) -> int:
 
 def restart_command(url: str, counter: Path, mode: str) -> list[str]:
     return [sys.executable, str(HERE / "restart_sim.py"), url, str(counter), mode]
+
+
+def serve(daemon, scenarios: dict, root: Path, what: str, t0: float, timings: dict):
+    """Validate the daemon's config (fail loudly with its output), start it, yield it, stop it and the simulators.
+
+    `daemon` is an Icinga2 or Nagios4 of the tier: validate() -> CompletedProcess, start(), stop().
+    """
+    daemon.scenarios = scenarios
+    daemon.runs = root / "runs.log"
+    try:
+        checked = daemon.validate()
+        if checked.returncode != 0:
+            pytest.fail(f"{what} rejected the config:\n{checked.stdout[-4000:]}", pytrace=False)
+        daemon.validated = checked.stdout
+        daemon.start()
+        timings[f"{what.split()[0]} start"] = time.monotonic() - t0
+        yield daemon
+    finally:
+        daemon.stop()
+        for s in scenarios.values():
+            if s.sim:
+                s.sim.stop()

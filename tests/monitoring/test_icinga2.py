@@ -29,6 +29,7 @@ from .harness import (
     free_port,
     plugin_dir,
     restart_command,
+    serve,
     tail,
     wait_for,
 )
@@ -238,21 +239,7 @@ def icinga(tmp_path_factory):
     services = (sc["busy"].services("busy", by_port=True) + sc["stuck"].services("stuck", by_port=True)
                 + sc["stuck"].services("stuck-twin") + sc["dead"].services("dead"))
     ic = Icinga2(root, plugins, services)
-    ic.scenarios = sc
-    ic.runs = root / "runs.log"
-    try:
-        checked = ic.validate()
-        if checked.returncode != 0:
-            pytest.fail(f"icinga2 daemon -C rejected the config:\n{checked.stdout[-4000:]}", pytrace=False)
-        ic.validated = checked.stdout
-        ic.start()
-        TIMINGS["icinga2 start"] = time.monotonic() - t0
-        yield ic
-    finally:
-        ic.stop()
-        for s in sc.values():
-            if s.sim:
-                s.sim.stop()
+    yield from serve(ic, sc, root, "icinga2 daemon -C", t0, TIMINGS)
 
 
 def test_icinga2_validates_the_shipped_definitions(icinga):

@@ -28,6 +28,7 @@ from .harness import (
     free_port,
     plugin_dir,
     restart_command,
+    serve,
     tail,
     wait_for,
 )
@@ -259,21 +260,7 @@ def nagios(tmp_path_factory):
     }
     services = sc["busy"].services("busy") + sc["stuck"].services("stuck", "stuck-twin") + sc["dead"].services("dead")
     ng = Nagios4(root, plugins, services)
-    ng.scenarios = sc
-    ng.runs = root / "runs.log"
-    try:
-        checked = ng.validate()
-        if checked.returncode != 0:
-            pytest.fail(f"nagios4 -v rejected the config:\n{checked.stdout[-4000:]}", pytrace=False)
-        ng.validated = checked.stdout
-        ng.start()
-        TIMINGS["nagios4 start"] = time.monotonic() - t0
-        yield ng
-    finally:
-        ng.stop()
-        for s in sc.values():
-            if s.sim:
-                s.sim.stop()
+    yield from serve(ng, sc, root, "nagios4 -v", t0, TIMINGS)
 
 
 def test_nagios4_validates_the_shipped_definitions(nagios):
