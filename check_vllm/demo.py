@@ -61,25 +61,25 @@ def main(argv: list[str] | None = None) -> int:
     args = argparse.ArgumentParser(description=__doc__).parse_args(argv)
     del args
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp, Simulator(scenario="idle", slow_seconds=30) as sim:
+    with tempfile.TemporaryDirectory() as tmp, Simulator(scenario="idle", slow_seconds=30) as sim, \
+            Simulator(scenario="dp_one_frozen", engines=2) as dp:
         print(f"vLLM simulator on {sim.url} (2 request slots, like --max-num-seqs 2)\n")
         for n, (scenario, what, runs) in enumerate(SCENARIOS):
             state_dir = f"{tmp}/{n}"
-            sim.set_scenario("busy" if scenario in ("stuck", "restarted") else scenario)
-            if scenario == "stuck":
+            server = dp if scenario == "dp_one_frozen" else sim  # a server never changes its engine count
+            if server is sim:
+                sim.set_scenario("busy" if scenario in ("stuck", "restarted") else scenario)
+            if scenario in ("stuck", "restarted"):
                 _check(sim.url, state_dir)  # a healthy busy baseline first
                 time.sleep(0.6)
-                sim.set_scenario("stuck")
-            if scenario == "restarted":
-                _check(sim.url, state_dir)
-                sim.set_scenario("restarted")
-            sim.clear_requests()
+                sim.set_scenario(scenario)
+            server.clear_requests()
             print(f"== {scenario}: {what}")
             for _ in range(runs):
-                code, out = _check(sim.url, state_dir)
-                print(f"$ check_vllm -u {sim.url}\n{out}\n-> exit {code} ({STATES.get(code, '?')})")
+                code, out = _check(server.url, state_dir)
+                print(f"$ check_vllm -u {server.url}\n{out}\n-> exit {code} ({STATES.get(code, '?')})")
                 time.sleep(0.6)
-            print(f"   inference requests the check sent: {len(sim.inference_requests())}\n")
+            print(f"   inference requests the check sent: {len(server.inference_requests())}\n")
 
         print("== saturated: check_vllm vs the classic probe-style check (a chat request, 3 s timeout)")
         sim.set_scenario("busy")
