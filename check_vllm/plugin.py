@@ -62,7 +62,6 @@ class Server(nagiosplugin.Resource):
         self.run = run
         self.state_note = ""
         self.save_failed = False
-        self.verdict: Verdict | None = None
 
     @property
     def name(self) -> str:
@@ -89,16 +88,16 @@ class Server(nagiosplugin.Resource):
                 verdict = observe(client, run.endpoint, state, run.settings, run.options,
                                   deadline=run.deadline, marker=marker, doing=run.doing).verdict
             run.doing("writing the state file")
-            try:
-                if unsaved:
-                    raise StateError(unsaved.removeprefix("state not saved: "))
-                store.save(verdict.new_state)
-            except StateError as err:
+            if not unsaved:
+                try:
+                    store.save(verdict.new_state)
+                except StateError as err:
+                    unsaved = f"state not saved: {err}"
+            if unsaved:
                 self.save_failed = True
-                self.state_note = "; ".join(filter(None, (self.state_note, f"state not saved: {err}")))
+                self.state_note = "; ".join(filter(None, (self.state_note, unsaved)))
         finally:
             store.unlock()
-        self.verdict = verdict
         yield nagiosplugin.Metric("verdict", verdict, context="verdict")
         for label, uom, attr in PERFDATA:
             value = getattr(verdict, attr)
