@@ -148,7 +148,11 @@ def _footprint(state: dict[str, Any]) -> dict[str, float]:
         return {}
     if not (math.isfinite(p) and math.isfinite(c)):
         return {}
-    # A completed probe of p prompt and c generated tokens: at most c+1 steps, one finished request.
+    return _probe_moves(p, c)
+
+
+def _probe_moves(p: float, c: float) -> dict[str, float]:
+    """What one probe of p prompt and c generated tokens can move: at most c+1 steps, one finished request."""
     return {"prompt_tokens": p, "generation_tokens": c, "steps": c + 1, "step_tokens": p + c + 1, "finished": 1.0}
 
 
@@ -328,8 +332,7 @@ def after_probe(
     prev, _ = base
     if _restart_reason(prev, reread):
         return _restarted(state, reread, "process changed during the probe", _gauges(reread), now)
-    fp = {"prompt_tokens": FAILED_PROBE_FOOTPRINT["prompt_tokens"], "generation_tokens": 1.0, "steps": 2.0,
-          "step_tokens": FAILED_PROBE_FOOTPRINT["prompt_tokens"] + 2.0, "finished": 1.0}
+    fp = _probe_moves(FAILED_PROBE_FOOTPRINT["prompt_tokens"], FAILED_PROBE_FOOTPRINT["completion_tokens"])
     moved = [n for n, e in reread.engines.items() if n in prev.engines and _progressed(prev.engines[n], e, fp)]
     g = _gauges(reread)
     new = _keep(state, reread, now, stall={})
