@@ -156,6 +156,17 @@ def sample_sum(text: str, name: str, labels: Mapping[str, str] | None = None) ->
     return sum(found) if found else None
 
 
+def saturated(text: str) -> bool:
+    """Both slots (--max-num-seqs 2) taken and at least one request queued."""
+    return (sample_sum(text, "vllm:num_requests_running") == 2
+            and (sample_sum(text, "vllm:num_requests_waiting") or 0) >= 1)
+
+
+def idle(text: str) -> bool:
+    return (sample_sum(text, "vllm:num_requests_running") == 0
+            and sample_sum(text, "vllm:num_requests_waiting") == 0)
+
+
 # --------------------------------------------------------------------------- load generator
 
 class Load:

@@ -31,7 +31,7 @@ import pytest
 
 from tests.e2e.conftest import Result
 
-from .server import VllmServer, group_members, sample_sum
+from .server import VllmServer, group_members, idle, sample_sum, saturated
 
 pytestmark = pytest.mark.real_vllm
 
@@ -55,16 +55,6 @@ def completions(text: str, handler: str = "/v1/completions") -> float:
 
 def length_finished(text: str) -> float:
     return sample_sum(text, "vllm:request_success_total", {"finished_reason": "length"}) or 0.0
-
-
-def saturated(text: str) -> bool:
-    return (sample_sum(text, "vllm:num_requests_running") == 2
-            and (sample_sum(text, "vllm:num_requests_waiting") or 0) >= 1)
-
-
-def idle(text: str) -> bool:
-    return (sample_sum(text, "vllm:num_requests_running") == 0
-            and sample_sum(text, "vllm:num_requests_waiting") == 0)
 
 
 def checked(r: Result) -> Result:

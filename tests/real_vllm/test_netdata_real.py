@@ -15,8 +15,8 @@ import pytest
 from netdata_plugin.collector import JobCollector
 from netdata_plugin.config import Job
 
-from .server import VllmServer
-from .test_check_real import LONG, ensure_idle, saturated
+from .server import VllmServer, saturated
+from .test_check_real import LONG, ensure_idle
 
 pytestmark = pytest.mark.real_vllm
 

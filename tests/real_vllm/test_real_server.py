@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from .server import parse_samples, sample_sum
+from .server import idle, parse_samples, sample_sum, saturated
 
 pytestmark = pytest.mark.real_vllm
 
@@ -38,16 +38,6 @@ ENGINE_FAMILIES = [
 
 def snapshot(text: str) -> dict[str, float | None]:
     return {name: sample_sum(text, name) for name in ENGINE_FAMILIES}
-
-
-def saturated(text: str) -> bool:
-    return (sample_sum(text, "vllm:num_requests_running") == 2
-            and (sample_sum(text, "vllm:num_requests_waiting") or 0) >= 1)
-
-
-def idle(text: str) -> bool:
-    return (sample_sum(text, "vllm:num_requests_running") == 0
-            and sample_sum(text, "vllm:num_requests_waiting") == 0)
 
 
 def test_models_lists_tiny_llama(vllm_server):
