@@ -10,11 +10,13 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any, NoReturn
-from urllib.parse import urlsplit
 
 from . import __version__
+from .args import Parser, UsageError, check_url, number
+from .vocab import CODE_NAMES, OPTIONS, RUN_TIMEOUT, SETTINGS, UNKNOWN
 
 PROG = "check_vllm"
+DEFAULT_URL = "http://127.0.0.1:8000"
 
 EPILOG = """\
 verdicts (first word of the status text):
@@ -46,58 +48,37 @@ The API key is read from $VLLM_API_KEY or --api-key-file, never from the command
 """
 
 
-class UsageError(Exception):
-    pass
-
-
 class Deadline(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
-def _positive(kind: type) -> Any:
-    def convert(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value < 0 or value != value or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"must be a finite number >= 0: {text!r}")
-        return value
-    return convert
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Tell a busy vLLM server from a stuck one, without using its request slots.",
+    p = Parser(prog=PROG, description="Tell a busy vLLM server from a stuck one, without using its request slots.",
                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     c = p.add_argument_group("server")
-    c.add_argument("-u", "--url", default="http://127.0.0.1:8000", help="vLLM server base URL (default: %(default)s)")
+    c.add_argument("-u", "--url", default=DEFAULT_URL, help="vLLM server base URL (default: %(default)s)")
     c.add_argument("--proxy", action="store_true",
                    help="the URL is a load balancer: read only /v1/models (each /metrics read could hit another backend)")
     c.add_argument("--api-key-file", metavar="FILE", help="file holding the API key (else $VLLM_API_KEY)")
     c.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify an https URL")
     c.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
     d = p.add_argument_group("decision")
-    d.add_argument("--stuck-readings", type=_positive(int), default=2, metavar="N",
+    d.add_argument("--stuck-readings", type=number(int), default=SETTINGS.stuck_readings, metavar="N",
                    help="comparisons without progress before stuck (default: %(default)s)")
-    d.add_argument("--stuck-seconds", type=_positive(float), default=120.0, metavar="S",
+    d.add_argument("--stuck-seconds", type=number(float), default=SETTINGS.stuck_seconds, metavar="S",
                    help="and wall-clock seconds without progress before stuck; 0: readings alone decide "
                         "(default: %(default)g)")
-    d.add_argument("--min-gap", type=_positive(float), default=2.0, metavar="S",
+    d.add_argument("--min-gap", type=number(float), default=SETTINGS.min_gap, metavar="S",
                    help="runs closer than this repeat the last verdict instead of comparing (default: %(default)g)")
-    d.add_argument("--reread-delay", type=_positive(float), default=3.0, metavar="S",
+    d.add_argument("--reread-delay", type=number(float), default=OPTIONS.reread_delay, metavar="S",
                    help="with no previous reading and work present, read again after S seconds (default: %(default)g)")
-    d.add_argument("--start-grace", type=_positive(float), default=900.0, metavar="S",
+    d.add_argument("--start-grace", type=number(float), default=SETTINGS.start_grace, metavar="S",
                    help="after check_vllm_restart restarted the server, down/unresponsive/no metrics read as "
                         "starting (WARNING) for S seconds (default: %(default)g)")
-    d.add_argument("--max-age", type=_positive(float), default=3600.0, metavar="S",
+    d.add_argument("--max-age", type=number(float), default=SETTINGS.max_age, metavar="S",
                    help="a previous reading older than this is no baseline (default: %(default)g)")
     pr = p.add_argument_group("idle probe")
-    pr.add_argument("--probe-timeout", type=_positive(float), default=10.0, metavar="S",
+    pr.add_argument("--probe-timeout", type=number(float), default=OPTIONS.probe_timeout, metavar="S",
                     help="seconds the 1-token completion may take when idle (default: %(default)g)")
     pr.add_argument("--no-probe", action="store_true", help="never send a completion; idle is judged on /metrics")
     pr.add_argument("--model", help="model to probe (default: the model_name in /metrics, else the first of /v1/models)")
@@ -109,7 +90,7 @@ def parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("run")
     g.add_argument("--state-dir", metavar="DIR", help="where the state file lives (default: $MP_STATE_PATH, "
                    "$NAGIOS_PLUGIN_STATE_DIRECTORY, /var/lib/check_vllm, else the XDG state dir)")
-    g.add_argument("-t", "--timeout", type=_positive(float), default=30.0, metavar="S",
+    g.add_argument("-t", "--timeout", type=number(float), default=RUN_TIMEOUT, metavar="S",
                    help="whole run, UNKNOWN beyond it (default: %(default)g)")
     g.add_argument("-v", "--verbose", action="count", default=0, help="more output (repeatable)")
     g.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
@@ -117,9 +98,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _validate(args: argparse.Namespace) -> None:
-    url = urlsplit(args.url)
-    if url.scheme not in ("http", "https") or not url.hostname:
-        raise UsageError(f"--url must look like http://HOST:PORT, not {args.url!r}")
+    check_url(args.url)
     if args.stuck_readings < 1:
         raise UsageError("--stuck-readings must be at least 1")
     if args.timeout < 2:
@@ -159,8 +138,8 @@ def _api_key(args: argparse.Namespace) -> str | None:
 
 
 def _unknown(message: str) -> NoReturn:
-    print(f"VLLM UNKNOWN - {message}")
-    sys.exit(3)
+    print(f"VLLM {CODE_NAMES[UNKNOWN]} - {message}")
+    sys.exit(UNKNOWN)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
@@ -171,17 +150,16 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except UsageError as err:
         _unknown(f"usage: {err} (see --help)")
     except SystemExit:
-        sys.exit(3)  # --help and --version printed; the plugin API wants UNKNOWN for both
+        sys.exit(UNKNOWN)  # --help and --version printed; the plugin API wants UNKNOWN for both
 
     # httpcore imports trio (when installed) and anyio for async support this one-shot, synchronous
     # process never uses: ~50 ms, a third of a whole run. Mark them absent here, unless already loaded.
     for name in ("trio", "anyio"):
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     from .fetch import Endpoint
-    from .observe import Options
     from .plugin import Run, build
-    from .state import default_dir
-    from .verdict import Settings
+    from .statefile import default_dir
+    from .vocab import LOCK_TIMEOUT, Options, Settings
 
     waiting_for = ["start-up"]
 
@@ -207,7 +185,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
             state_dir=Path(args.state_dir) if args.state_dir else default_dir(),
             # leave a second for the state file and the output, so our own verdicts beat the alarm
             deadline=started + args.timeout - 1.0,
-            lock_timeout=min(10.0, args.timeout / 3),
+            lock_timeout=min(LOCK_TIMEOUT, args.timeout / 3),
             doing=lambda what: waiting_for.__setitem__(0, what),
         )
         check = build(run, (args.waiting_warning, args.waiting_critical), (args.kv_warning, args.kv_critical))
@@ -223,7 +201,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         _unknown(f"internal error: {err.__class__.__name__}: {err}")
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-    sys.exit(3)
+    sys.exit(UNKNOWN)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,15 @@ from typing import Any, NamedTuple
 import nagiosplugin
 from nagiosplugin.performance import Performance
 
+from . import memory
 from .fetch import Endpoint
-from .observe import Options, observe
-from .state import StateBusy, StateError, StateFile, marker_path, read_marker, state_path, target_key
-from .verdict import Settings, Verdict
+from .observe import observe
+from .statefile import StateBusy, StateError, check_file, marker_path, read_marker
+from .values import Verdict
+from .vocab import CRITICAL, LOCK_TIMEOUT, OK, UNKNOWN, WARNING, Options, Settings
 
-_STATES = {0: nagiosplugin.Ok, 1: nagiosplugin.Warn, 2: nagiosplugin.Critical, 3: nagiosplugin.Unknown}
+_STATES = {OK: nagiosplugin.Ok, WARNING: nagiosplugin.Warn, CRITICAL: nagiosplugin.Critical,
+           UNKNOWN: nagiosplugin.Unknown}
 
 #: label, unit, Verdict attribute: the perfdata contract (labels never change).
 PERFDATA = (
@@ -51,7 +54,7 @@ class Run(NamedTuple):
     options: Options
     state_dir: Path
     deadline: float  # monotonic
-    lock_timeout: float = 10.0
+    lock_timeout: float = LOCK_TIMEOUT
     doing: Callable[[str], None] = lambda what: None
 
 
@@ -69,9 +72,7 @@ class Server(nagiosplugin.Resource):
 
     def probe(self) -> Iterator[nagiosplugin.Metric]:
         run = self.run
-        mode = "proxy" if run.options.proxy else "metrics"
-        path = state_path(run.state_dir, run.endpoint.url, mode)
-        store = StateFile(path, target_key(run.endpoint.url, mode), run.lock_timeout)
+        store = check_file(run.state_dir, run.endpoint.url, run.options.proxy, run.lock_timeout)
         run.doing("the state file lock")
         unsaved = ""
         try:
@@ -81,16 +82,16 @@ class Server(nagiosplugin.Resource):
         except StateError as err:  # no lock can be made there: judge this run alone, and say so
             unsaved = f"state not saved: {err}"
         try:
-            state, note = store.load()
+            saved, note = store.load()
             self.state_note = note or ""
             marker = read_marker(marker_path(run.state_dir, run.endpoint.url))
             with run.endpoint.client() as client:
-                verdict = observe(client, run.endpoint, state, run.settings, run.options,
+                verdict = observe(client, run.endpoint, memory.from_json(saved), run.settings, run.options,
                                   deadline=run.deadline, marker=marker, doing=run.doing).verdict
             run.doing("writing the state file")
             if not unsaved:
                 try:
-                    store.save(verdict.new_state)
+                    store.save(memory.to_json(verdict.memory))
                 except StateError as err:
                     unsaved = f"state not saved: {err}"
             if unsaved:
@@ -114,7 +115,7 @@ class VerdictContext(nagiosplugin.Context):
 
     def evaluate(self, metric: nagiosplugin.Metric, resource: Any) -> nagiosplugin.Result:
         verdict: Verdict = metric.value
-        return nagiosplugin.Result(_STATES[verdict.state], verdict.status, metric)
+        return nagiosplugin.Result(_STATES[verdict.code], verdict.summary, metric)
 
 
 class PerfContext(nagiosplugin.Context):

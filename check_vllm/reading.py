@@ -7,9 +7,11 @@ histograms we never look at, and filtering lines first makes parsing ~10x cheape
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from .values import PROGRESS_FIELDS, EngineReading, Reading
 
 # sample name -> field of EngineReading. Counters keep `_total` on their samples.
 _SAMPLES = {
@@ -36,62 +38,9 @@ _START = "process_start_time_seconds"
 # Line prefixes that can carry a wanted sample; matched exactly up to `{` or ` `.
 _WANTED = frozenset(_SAMPLES) | _CREATED | {_SLEEP, _START}
 
-#: The signals whose movement between two readings proves the engine did work.
-PROGRESS_FIELDS = ("steps", "step_tokens", "generation_tokens", "prompt_tokens", "finished", "kv_cache")
-#: Counters: they only grow within one process; going backwards means a new process.
-COUNTER_FIELDS = ("steps", "step_tokens", "generation_tokens", "prompt_tokens", "finished", "preemptions")
-
 
 class NotMetrics(ValueError):
     """The page is not a vLLM Prometheus page (HTML, garbage, or no `vllm:` family)."""
-
-
-@dataclass(frozen=True)
-class EngineReading:
-    """What one engine (one `engine` label value; "" on versions without it) showed."""
-
-    running: float = 0.0
-    waiting: float = 0.0
-    steps: float | None = None
-    step_tokens: float | None = None
-    generation_tokens: float | None = None
-    prompt_tokens: float | None = None
-    finished: float | None = None
-    kv_cache: float | None = None  # fraction 0..1
-    preemptions: float | None = None
-    asleep: bool | None = None  # None: the version has no sleep gauge
-    created: float | None = None  # newest `_created` of its counters: the owning process's birth
-
-    @property
-    def work(self) -> float:
-        return self.running + self.waiting
-
-    def to_json(self) -> dict[str, float | bool | None]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
-
-    @classmethod
-    def from_json(cls, data: dict[str, object]) -> EngineReading:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        for k, v in known.items():
-            if k == "asleep":
-                if not isinstance(v, bool):
-                    raise ValueError(f"bad {k}")
-            elif not isinstance(v, (int, float)) or isinstance(v, bool) or _number(float(v)) is None:
-                raise ValueError(f"bad {k}")
-        return cls(**known)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class Reading:
-    """One scrape of /metrics."""
-
-    engines: dict[str, EngineReading] = field(default_factory=dict)
-    process_start: float | None = None
-    model: str | None = None
-
-    @property
-    def work(self) -> float:
-        return sum(e.work for e in self.engines.values())
 
 
 def _wanted(line: str) -> bool:
@@ -114,24 +63,18 @@ def _number(value: float) -> float | None:
     return value if math.isfinite(value) and abs(value) <= _LARGEST else None
 
 
-def parse(text: str) -> Reading:
-    """Parse a /metrics page. Raises NotMetrics when it holds no usable `vllm:` family."""
-    lines = text.splitlines()
-    if lines and not text.endswith("\n"):
-        lines.pop()  # a line is complete only with its newline: a cut body must not yield a cut number
-    lines = [line for line in lines if _wanted(line)]
-    if not lines:
-        raise NotMetrics("no vllm: metrics on the page")
-    try:
-        families = list(text_string_to_metric_families("\n".join(lines) + "\n"))
-    except (ValueError, TypeError, IndexError) as err:
-        raise NotMetrics(f"unparseable metrics: {err}") from None
+class _Collected(NamedTuple):
+    values: dict[str, dict[str, float]]
+    created: dict[str, float]
+    asleep: dict[str, bool]
+    process_start: float | None
+    model: str | None
 
-    values: dict[str, dict[str, float]] = {}
-    created: dict[str, float] = {}
-    sleep: dict[str, bool] = {}
-    process_start = None
-    model = None
+
+def _collect(families: list[Any]) -> _Collected:
+    """The wanted samples, per engine label."""
+    out = _Collected({}, {}, {}, None, None)
+    process_start, model = None, None
     for family in families:
         for sample in family.samples:
             name, labels, value = sample.name, sample.labels, _number(float(sample.value))
@@ -143,19 +86,21 @@ def parse(text: str) -> Reading:
             if value is None:
                 continue
             if name in _CREATED:
-                created[engine] = max(created.get(engine, value), value)
+                out.created[engine] = max(out.created.get(engine, value), value)
             elif name == _SLEEP:
                 if labels.get("sleep_state") == "awake":
-                    sleep[engine] = value < 0.5
+                    out.asleep[engine] = value < 0.5
             elif name in _SAMPLES:
-                fields = values.setdefault(engine, {})
+                fields = out.values.setdefault(engine, {})
                 key = _SAMPLES[name]
                 # request_success has one series per finished_reason: sum them; a duplicated
                 # gauge series (a broken exporter) keeps the last value rather than doubling.
-                if key == "finished":
-                    fields[key] = fields.get(key, 0.0) + value
-                else:
-                    fields[key] = value
+                fields[key] = fields.get(key, 0.0) + value if key == "finished" else value
+    return out._replace(process_start=process_start, model=model)
+
+
+def _usable(values: dict[str, dict[str, float]]) -> None:
+    """Raise NotMetrics for a page that cannot tell busy from stuck."""
     if not values:
         raise NotMetrics("no vllm: request metrics on the page")
     for engine, fields in values.items():
@@ -167,6 +112,21 @@ def parse(text: str) -> Reading:
         fields.get("running", 0.0) > 0 or fields.get("waiting", 0.0) > 0 for fields in values.values()
     ):
         raise NotMetrics("work but no progress counters on the page: cannot tell busy from stuck")
+
+
+def parse(text: str) -> Reading:
+    """Parse a /metrics page. Raises NotMetrics when it holds no usable `vllm:` family."""
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        lines.pop()  # a line is complete only with its newline: a cut body must not yield a cut number
+    lines = [line for line in lines if _wanted(line)]
+    if not lines:
+        raise NotMetrics("no vllm: metrics on the page")
+    try:
+        got = _collect(list(text_string_to_metric_families("\n".join(lines) + "\n")))
+    except (ValueError, TypeError, IndexError) as err:
+        raise NotMetrics(f"unparseable metrics: {err}") from None
+    _usable(got.values)
     engines = {
         engine: EngineReading(
             running=max(fields.get("running", 0.0), 0.0),
@@ -178,9 +138,9 @@ def parse(text: str) -> Reading:
             finished=fields.get("finished"),
             kv_cache=fields.get("kv_cache"),
             preemptions=fields.get("preemptions"),
-            asleep=sleep.get(engine),
-            created=created.get(engine),
+            asleep=got.asleep.get(engine),
+            created=got.created.get(engine),
         )
-        for engine, fields in sorted(values.items())
+        for engine, fields in sorted(got.values.items())
     }
-    return Reading(engines=engines, process_start=process_start, model=model)
+    return Reading(engines=engines, process_start=got.process_start, model=got.model)

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from check_vllm.reading import Reading
-from check_vllm.verdict import WORDS, Verdict
+from check_vllm.values import Reading, Verdict
+from check_vllm.vocab import WORDS
 
 from .config import Job
 

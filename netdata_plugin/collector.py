@@ -17,14 +17,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TextIO
 
 import httpx
 
 from check_vllm.fetch import Endpoint
-from check_vllm.observe import Options, observe
-from check_vllm.reading import Reading
-from check_vllm.verdict import Settings, Verdict
+from check_vllm.observe import observe
+from check_vllm.values import Memory, Reading, Verdict
+from check_vllm.vocab import Options, Settings
 
 from . import charts
 from .config import Job
@@ -57,14 +57,14 @@ class JobCollector:
         # The next tick reads again anyway: never sleep for a second reading inside one.
         self.options = Options(proxy=job.proxy, probe=job.probes, model=job.model, probe_timeout=job.probe_timeout,
                                metrics_timeout=job.timeout, reread=False)
-        self.state: dict[str, Any] = {}
+        self.memory = Memory()
         self.engines: tuple[str, ...] = ()  # engines that have their own dimensions (bounded)
         self.model: str | None = None
         self.defined = False
         self.last_probe: float | None = None
         self.last_sent: dict[str, float] = {}
         self.last_word: str | None = None
-        self.last_state = 0
+        self.last_code = 0
         self.probes_sent = 0
         self.told_bound = False
 
@@ -80,7 +80,7 @@ class JobCollector:
 
     def observe(self) -> tuple[Verdict, Reading | None, float | None]:
         """One GET /metrics (plus, rarely, the idle probe): the verdict, the reading, the probe's seconds."""
-        seen = observe(self.client, self.endpoint, self.state, self.settings, self.options,
+        seen = observe(self.client, self.endpoint, self.memory, self.settings, self.options,
                        now=self.wall, may_probe=self._may_probe)
         return seen.verdict, seen.reading, seen.verdict.probe_seconds
 
@@ -109,11 +109,11 @@ class JobCollector:
     def tick(self) -> str:
         """Observe once and return the protocol text for it (chart definitions first when needed)."""
         verdict, reading, probe_seconds = self.observe()
-        self.state = verdict.new_state
+        self.memory = verdict.memory
         if verdict.word != self.last_word:
-            if verdict.state or self.last_state:  # problems and recoveries; busy <-> idle is no news
-                self.say(f"job {self.job.name}: {verdict.status}")
-            self.last_word, self.last_state = verdict.word, verdict.state
+            if verdict.code or self.last_code:  # problems and recoveries; busy <-> idle is no news
+                self.say(f"job {self.job.name}: {verdict.summary}")
+            self.last_word, self.last_code = verdict.word, verdict.code
         out = ""
         if self._learn(reading) or not self.defined:
             out += charts.define(self.job, self.job.update_every, self.engines, self.model)

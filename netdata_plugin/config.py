@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from check_vllm.vocab import OPTIONS, SETTINGS
+
 CONF_NAME = "vllm.conf"
 DEFAULT_CONFIG_DIR = "/etc/netdata"
 
@@ -27,11 +29,12 @@ class Job:
     url: str
     update_every: int = 1
     proxy: bool = False
-    stuck_readings: int = 2
-    stuck_seconds: float = 120.0
-    probe: bool = True
+    stuck_readings: int = SETTINGS.stuck_readings
+    stuck_seconds: float = SETTINGS.stuck_seconds
+    probe: bool = OPTIONS.probe
+    #: At most one idle probe per this many seconds.
     probe_every: float = 60.0
-    probe_timeout: float = 10.0
+    probe_timeout: float = OPTIONS.probe_timeout
     #: Per-request timeout for /metrics and /v1/models; a slow server delays only its own job.
     timeout: float = 5.0
     api_key: str | None = None
@@ -48,6 +51,9 @@ class Job:
     def __repr__(self) -> str:  # never print the key
         return f"Job(name={self.name!r}, url={self.url!r}, update_every={self.update_every})"
 
+
+#: A job's defaults, for the options a section leaves out.
+JOB = Job(name="", url="")
 
 _BOOLS = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
 _KNOWN = {"url", "proxy", "update_every", "stuck_readings", "stuck_seconds", "probe", "probe_every",
@@ -106,13 +112,13 @@ def parse_job(section: str, sec: configparser.SectionProxy, plugin_every: int) -
         name=job_name(section),
         url=url,
         update_every=max(every, plugin_every),  # a job never runs faster than the plugin
-        proxy=_flag(sec, "proxy", False),
-        stuck_readings=int(_number(sec, "stuck_readings", 2, 1, 1000)),
-        stuck_seconds=_number(sec, "stuck_seconds", 120.0, 0, 86400),
-        probe=_flag(sec, "probe", True),
-        probe_every=_number(sec, "probe_every", 60.0, 1, 86400),
-        probe_timeout=_number(sec, "probe_timeout", 10.0, 0.1, 600),
-        timeout=_number(sec, "timeout", 5.0, 0.1, 600),
+        proxy=_flag(sec, "proxy", JOB.proxy),
+        stuck_readings=int(_number(sec, "stuck_readings", JOB.stuck_readings, 1, 1000)),
+        stuck_seconds=_number(sec, "stuck_seconds", JOB.stuck_seconds, 0, 86400),
+        probe=_flag(sec, "probe", JOB.probe),
+        probe_every=_number(sec, "probe_every", JOB.probe_every, 1, 86400),
+        probe_timeout=_number(sec, "probe_timeout", JOB.probe_timeout, 0.1, 600),
+        timeout=_number(sec, "timeout", JOB.timeout, 0.1, 600),
         api_key=api_key,
         model=(sec.get("model") or "").strip() or None,
     )

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from check_vllm.simulator import Simulator
-from check_vllm.state import state_path
+from check_vllm.statefile import state_path
 
 from .conftest import CRITICAL, FAST, OK, WARNING
 
@@ -24,7 +24,7 @@ HOUR = 3600.0
 
 
 def _file(state_dir: Path, url: str) -> Path:
-    return state_path(state_dir, url, "metrics")
+    return state_path(state_dir, url)
 
 
 def _doc(path: Path) -> dict[str, Any]:

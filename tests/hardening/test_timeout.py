@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from check_vllm.simulator import Simulator
-from check_vllm.state import state_path
+from check_vllm.statefile import state_path
 
 from .conftest import FAST, UNKNOWN, WARNING, Loopback, metrics_from, sim_page
 
@@ -20,7 +20,7 @@ SLACK = 1.5  # interpreter start-up and exit on a loaded CI machine
 
 def test_state_lock_held_by_another_run(check, tmp_path):
     with Simulator(scenario="busy") as sim:
-        lock = state_path(tmp_path / "state", sim.url, "metrics").with_suffix(".lock")
+        lock = state_path(tmp_path / "state", sim.url).with_suffix(".lock")
         lock.parent.mkdir(parents=True)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)

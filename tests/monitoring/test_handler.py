@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.restart import Event, Policy, decide, history_path
-from check_vllm.state import StateFile, marker_path, read_marker, state_path, target_key
+from check_vllm.memory import remembered
+from check_vllm.restart import history_path
+from check_vllm.restart_policy import Event, Policy, decide
+from check_vllm.statefile import StateFile, check_file, marker_path, read_marker, state_path, target_key
 
 NOW = 1_800_000_000.0
 URL = "http://127.0.0.1:1"  # nothing listens on port 1: the real check says "down"
@@ -57,15 +59,15 @@ def verdict(word="stuck", state=2, age=10.0, text="no progress"):
     ],
 )
 def test_decision_table(event, v, restarts, policy, act, why):
-    d = decide(event, v, None, restarts, policy, NOW)
+    d = decide(event, remembered(v), None, restarts, policy, NOW)  # as the handler reads it from the file
     assert d.act is act, d.why
     assert why in d.why
     assert d.kind == ("restart" if act else d.kind)
 
 
 def test_refusals_by_a_guard_are_marked_as_such():
-    assert decide(CRIT_HARD, verdict(), None, [NOW - 30], POLICY, NOW).kind == "refuse"
-    assert decide(Event("OK", "HARD"), verdict(), None, [], POLICY, NOW).kind == "skip"
+    assert decide(CRIT_HARD, remembered(verdict()), None, [NOW - 30], POLICY, NOW).kind == "refuse"
+    assert decide(Event("OK", "HARD"), remembered(verdict()), None, [], POLICY, NOW).kind == "skip"
 
 
 # --------------------------------------------------------------------------- real files, real processes
@@ -95,7 +97,7 @@ def real_down_verdict(tmp: Path, url: str = URL) -> subprocess.CompletedProcess:
 def plant_verdict(tmp: Path, word: str, state: int, age: float = 1.0, url: str = URL) -> None:
     d = tmp / "state"
     d.mkdir(exist_ok=True, mode=0o700)
-    StateFile(state_path(d, url, "metrics"), target_key(url, "metrics")).save(
+    check_file(d, url, proxy=False).save(
         {"verdict": {"word": word, "state": state, "text": "planted", "at": time.time() - age, "engines": {}}})
 
 
@@ -159,7 +161,7 @@ def test_stale_or_missing_or_corrupt_state_never_restarts(tmp_path):
     assert "none written yet" in handler(tmp_path).stdout
     plant_verdict(tmp_path, "stuck", 2, age=700)
     assert "not fresh" in handler(tmp_path).stdout
-    state_path(tmp_path / "state", URL, "metrics").write_text("{not json")
+    state_path(tmp_path / "state", URL).write_text("{not json")
     assert "state file corrupt" in handler(tmp_path).stdout
     assert restarts(tmp_path) == 0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.verdict import WORDS
+from check_vllm.vocab import WORDS
 from netdata_plugin import charts
 from netdata_plugin.collector import JobCollector, Output, run_job
 from netdata_plugin.config import Job

@@ -19,17 +19,21 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from check_vllm import memory as codec
+from check_vllm.judge import after_probe, assess
 from check_vllm.reading import NotMetrics, parse
-from check_vllm.verdict import (
-    CRITICAL,
-    OK,
+from check_vllm.values import (
+    ANSWERED,
+    CUT_SHORT,
+    NO_ANSWER,
+    REFUSED,
+    REJECTED,
     EngineReading,
-    Probe,
+    Memory,
+    ProbeOutcome,
     Reading,
-    Settings,
-    after_probe,
-    assess,
 )
+from check_vllm.vocab import CRITICAL, OK, Settings
 
 ACTIONS = ("progress", "kv", "none", "none", "none", "restart")
 PROBES = ("ok", "no answer, no progress", "no answer, progress", "rejected", "refused", "cut short")
@@ -81,7 +85,7 @@ def test_random_histories_keep_the_promises(cfg, steps, engines, identity):
     world = World(engines={str(i) if engines > 1 else "": Engine() for i in range(engines)},
                   start=1_000.0 if identity == "start" else None,
                   created=1_000.0 if identity == "created" else None)
-    state: dict = {}
+    state = Memory()
     now = 1_000_000.0
     last_final = None
     for i, (dt, actions, probe_kind) in enumerate(steps, start=1):
@@ -116,54 +120,54 @@ def test_random_histories_keep_the_promises(cfg, steps, engines, identity):
         for name, word in v.engines.items():
             if word == "stuck":
                 eng = world.engines[name]
-                assert eng.running + eng.waiting > 0, (name, v.status)
+                assert eng.running + eng.waiting > 0, (name, v.summary)
                 if "repeated" in v.text:
                     # within --min-gap the last verdict stands (the baseline is kept): it must have been stuck,
                     # and a gauge that moved and came back in between is invisible to any reader of /metrics
-                    assert last_final == ("stuck", CRITICAL), (last_final, v.status)
+                    assert last_final == ("stuck", CRITICAL), (last_final, v.summary)
                     continue
-                assert i - eng.moved_step >= cfg.stuck_readings, (i, eng.moved_step, v.status)
-                assert now - eng.moved_at >= cfg.stuck_seconds, (now - eng.moved_at, v.status)
+                assert i - eng.moved_step >= cfg.stuck_readings, (i, eng.moved_step, v.summary)
+                assert now - eng.moved_at >= cfg.stuck_seconds, (now - eng.moved_at, v.summary)
         # a restart is never compared with the process before it
         if restarted:
-            assert v.word in ("restarted", "busy", "idle", "sleeping"), v.status
-            assert v.tokens_per_second is None and v.steps_per_second is None, v.status
-            assert not v.new_state.get("stall"), v.new_state
+            assert v.word in ("restarted", "busy", "idle", "sleeping"), v.summary
+            assert v.tokens_per_second is None and v.steps_per_second is None, v.summary
+            assert not v.memory.stalls, v.memory
 
         final = v
         if v.action == "probe":
             probe, reread = _probe(probe_kind, world, now)
             final = after_probe(v, probe, reread, cfg, now + 0.5)
             if final.word == "stuck":
-                assert probe_kind == "no answer, no progress", (probe_kind, final.status)
-            if final.word == "idle" and final.state == OK:
-                assert probe.ok, (probe_kind, final.status)
-        elif v.word == "idle" and v.state == OK:
+                assert probe_kind == "no answer, no progress", (probe_kind, final.summary)
+            if final.word == "idle" and final.code == OK:
+                assert probe.kind == ANSWERED, (probe_kind, final.summary)
+        elif v.word == "idle" and v.code == OK:
             # idle without a probe: only the repeat of an idle OK verdict within --min-gap
-            assert "repeated" in v.text and last_final == ("idle", OK), (last_final, v.status)
-        if final.state == CRITICAL:
+            assert "repeated" in v.text and last_final == ("idle", OK), (last_final, v.summary)
+        if final.code == CRITICAL:
             assert final.word == "stuck" or (final.word == "down" and probe_kind == "refused"), final.status
-        json.dumps(final.new_state, allow_nan=False)  # what the state file will write
-        state = final.new_state
-        last_final = (final.word, final.state)
+        json.dumps(codec.to_json(final.memory), allow_nan=False)  # what the state file will write
+        state = codec.from_json(codec.to_json(final.memory))  # through the state file's codec, as the check does
+        last_final = (final.word, final.code)
 
 
-def _probe(kind: str, world: World, now: float) -> tuple[Probe, Reading | None]:
+def _probe(kind: str, world: World, now: float) -> tuple[ProbeOutcome, Reading | None]:
     if kind == "ok":
-        return Probe(True, 0.05, prompt_tokens=3, completion_tokens=1), None
+        return ProbeOutcome(ANSWERED, 0.05, prompt_tokens=3, completion_tokens=1), None
     if kind == "rejected":
-        return Probe(False, 0.01, "completion answered HTTP 401", status=401), None
+        return ProbeOutcome(REJECTED, 0.01, "completion answered HTTP 401"), None
     if kind == "refused":
-        return Probe(False, 0.0, "connection refused", refused=True), None
+        return ProbeOutcome(REFUSED, 0.0, "connection refused"), None
     if kind == "cut short":
-        return Probe(False, 1.0, "timed out", cut_short=True), world.reading()
+        return ProbeOutcome(CUT_SHORT, 1.0, "timed out"), world.reading()
     if kind == "no answer, progress":
         for eng in world.engines.values():
             eng.gen += 500
             eng.steps += 100
             eng.moved_at = now
-        return Probe(False, 10.0, "timed out"), world.reading()
-    return Probe(False, 10.0, "timed out"), world.reading()
+        return ProbeOutcome(NO_ANSWER, 10.0, "timed out"), world.reading()
+    return ProbeOutcome(NO_ANSWER, 10.0, "timed out"), world.reading()
 
 
 # --------------------------------------------------------------------------- the parser
@@ -186,7 +190,7 @@ def test_parser_raises_only_not_metrics(text):
     except NotMetrics:
         return
     for e in r.engines.values():
-        for value in e.to_json().values():
+        for value in (v for v in e.__dict__.values() if v is not None):
             assert value is not None and value == value and abs(float(value)) <= 2.0**53
 
 

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.reading import Reading, parse
-from check_vllm.verdict import CRITICAL, OK, WARNING, Settings, Verdict, assess
+from check_vllm.judge import assess
+from check_vllm.reading import parse
+from check_vllm.values import Memory, Reading, Verdict
+from check_vllm.vocab import CRITICAL, OK, WARNING, Settings
 from tests.e2e.conftest import Result
 
 PAGES = Path(__file__).resolve().parent.parent / "fixtures" / "real"
@@ -34,11 +36,11 @@ def reading(name: str) -> Reading:
 
 def chain(names: list[str], settings: Settings, step: float = 2.0) -> list[Verdict]:
     """assess() over a sequence of pages, `step` seconds apart, carrying the state."""
-    state: dict | None = None
+    state = Memory()
     out = []
     for i, name in enumerate(names):
         v = assess(state, reading(name), settings, T0 + i * step)
-        state = v.new_state
+        state = v.memory
         out.append(v)
     return out
 
@@ -52,14 +54,14 @@ def test_idle_page_parses_with_zero_work_and_asks_for_the_probe():
     assert (r.work, e.running, e.waiting) == (0, 0, 0)
     assert e.steps == 1 and e.finished == 1 and e.generation_tokens == 1  # the recorder's one completion
     assert e.asleep is False and e.created is not None and r.process_start is not None
-    v = assess(None, r, Settings(), T0)
-    assert (v.word, v.state, v.action) == ("idle", OK, "probe")
+    v = assess(Memory(), r, Settings(), T0)
+    assert (v.word, v.code, v.action) == ("idle", OK, "probe")
 
 
 def test_saturated_then_saturated_b_is_busy_with_tokens_per_second():
     first, second = chain(["saturated", "saturated_b"], Settings())
     assert (first.word, first.action) == ("busy", "reread")  # no baseline: read again, never guess
-    assert (second.word, second.state, second.action) == ("busy", OK, None)
+    assert (second.word, second.code, second.action) == ("busy", OK, None)
     a, b = reading("saturated").engines["0"], reading("saturated_b").engines["0"]
     assert second.tokens_per_second == pytest.approx((b.generation_tokens - a.generation_tokens) / 2.0)
     assert second.tokens_per_second > 0 and second.steps_per_second > 0
@@ -68,7 +70,7 @@ def test_saturated_then_saturated_b_is_busy_with_tokens_per_second():
 
 def test_frozen_pages_go_stalling_then_stuck():
     fast = Settings(stuck_seconds=0.0)
-    words = [(v.word, v.state) for v in chain(["frozen_a", "frozen_b", "frozen_b"], fast)]
+    words = [(v.word, v.code) for v in chain(["frozen_a", "frozen_b", "frozen_b"], fast)]
     assert words == [("busy", OK), ("stalling", WARNING), ("stuck", CRITICAL)]
 
 
@@ -76,8 +78,8 @@ def test_frozen_pages_need_the_seconds_too():
     slow = Settings()  # stuck_seconds 120
     vs = chain(["frozen_a", "frozen_b", "frozen_b"], slow)
     assert [v.word for v in vs] == ["busy", "stalling", "stalling"]
-    late = assess(vs[-1].new_state, reading("frozen_b"), slow, T0 + 4 + 120)
-    assert (late.word, late.state) == ("stuck", CRITICAL)
+    late = assess(vs[-1].memory, reading("frozen_b"), slow, T0 + 4 + 120)
+    assert (late.word, late.code) == ("stuck", CRITICAL)
     assert late.stalled_seconds == pytest.approx(124.0)
 
 
@@ -88,11 +90,11 @@ def test_busy_then_frozen_from_the_same_process():
 
 def test_saturated_then_restarted_is_restarted_and_never_compares_counters():
     before, after = chain(["saturated", "restarted"], Settings())
-    assert after.word == "restarted" and after.state == OK
+    assert after.word == "restarted" and after.code == OK
     assert "process start time changed" in after.text
     assert after.tokens_per_second is None and after.steps_per_second is None
     assert after.action == "probe"  # the new process is idle
-    again = assess(after.new_state, reading("restarted"), Settings(), T0 + 4)
+    again = assess(after.memory, reading("restarted"), Settings(), T0 + 4)
     assert again.word == "idle"
 
 

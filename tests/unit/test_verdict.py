@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from check_vllm.reading import EngineReading, Reading
-from check_vllm.verdict import (
-    CRITICAL,
-    OK,
-    WARNING,
+from check_vllm import memory as codec
+from check_vllm.judge import after_probe, assess, assess_failure
+from check_vllm.values import (
+    ANSWERED,
+    NO_ANSWER,
+    REFUSED,
+    REJECTED,
+    EngineReading,
     Failure,
-    Probe,
-    Settings,
-    after_probe,
-    assess,
-    assess_failure,
+    Memory,
+    ProbeOutcome,
+    Reading,
 )
+from check_vllm.vocab import CRITICAL, OK, WARNING, Settings
 
 S = Settings(stuck_readings=2, stuck_seconds=120.0, min_gap=2.0, max_age=3600.0)
 T0 = 1_700_000_000.0
@@ -33,17 +35,17 @@ def reading(*engines: EngineReading, start: float | None = T0 - 1000, names=None
 
 def run(seq, settings=S):
     """Feed (seconds, Reading) pairs; return the verdicts."""
-    state: dict = {}
+    state = Memory()
     out = []
     for t, r in seq:
         v = assess(state, r, settings, T0 + t)
-        state = v.new_state
+        state = v.memory
         out.append(v)
     return out
 
 
 def words(verdicts):
-    return [(v.word, v.state) for v in verdicts]
+    return [(v.word, v.code) for v in verdicts]
 
 
 BUSY = [eng(2, 1, steps=100 + 40 * i, gen=1000 + 80 * i, kv=0.4) for i in range(10)]
@@ -108,14 +110,14 @@ def test_recovery_resets_the_stall():
 def test_idle_asks_for_a_probe_and_the_probe_settles_it():
     v = run([(0, reading(eng()))])[0]
     assert (v.word, v.action) == ("idle", "probe")
-    done = after_probe(v, Probe(ok=True, seconds=0.05, prompt_tokens=2, completion_tokens=1), None, S, T0 + 1)
-    assert (done.word, done.state, done.probe_seconds) == ("idle", OK, 0.05)
+    done = after_probe(v, ProbeOutcome(ANSWERED, 0.05, prompt_tokens=2, completion_tokens=1), None, S, T0 + 1)
+    assert (done.word, done.code, done.probe_seconds) == ("idle", OK, 0.05)
     assert "probe answered in 0.05 s" in done.text
 
 
 def test_the_probe_own_footprint_is_not_progress():
     v0 = run([(0, reading(eng()))])[0]
-    st = after_probe(v0, Probe(ok=True, seconds=0.05, prompt_tokens=2, completion_tokens=1), None, S, T0).new_state
+    st = after_probe(v0, ProbeOutcome(ANSWERED, 0.05, prompt_tokens=2, completion_tokens=1), None, S, T0).memory
     # next run: work present, and only our probe's tokens moved: no proof of progress
     moved_by_probe = eng(1, 0, steps=101, gen=1001, prompt=502, done=11)
     moved_by_probe = EngineReading(**{**moved_by_probe.__dict__, "step_tokens": 500 + 3})
@@ -128,26 +130,26 @@ def test_the_probe_own_footprint_is_not_progress():
 def test_idle_probe_unanswered_and_no_progress_is_stuck():
     v = run([(0, reading(eng()))])[0]
     # the re-read shows our own probe queued (running 1) and nothing moving
-    done = after_probe(v, Probe(ok=False, seconds=10, detail="timed out"), reading(eng(1, 0)), S, T0 + 11)
-    assert (done.word, done.state) == ("stuck", CRITICAL)
+    done = after_probe(v, ProbeOutcome(NO_ANSWER, 10, "timed out"), reading(eng(1, 0)), S, T0 + 11)
+    assert (done.word, done.code) == ("stuck", CRITICAL)
 
 
 def test_idle_probe_unanswered_but_progress_is_not_stuck():
     v = run([(0, reading(eng()))])[0]
-    done = after_probe(v, Probe(ok=False, seconds=10, detail="timed out"), reading(eng(2, 3, gen=1500)), S, T0 + 11)
-    assert (done.word, done.state) == ("busy", OK)
+    done = after_probe(v, ProbeOutcome(NO_ANSWER, 10, "timed out"), reading(eng(2, 3, gen=1500)), S, T0 + 11)
+    assert (done.word, done.code) == ("busy", OK)
 
 
 def test_probe_rejected_is_a_warning_not_stuck():
     v = run([(0, reading(eng()))])[0]
-    done = after_probe(v, Probe(ok=False, seconds=0.01, status=404, detail="HTTP 404"), None, S, T0 + 1)
-    assert (done.word, done.state) == ("idle", WARNING)
+    done = after_probe(v, ProbeOutcome(REJECTED, 0.01, "HTTP 404"), None, S, T0 + 1)
+    assert (done.word, done.code) == ("idle", WARNING)
 
 
 def test_probe_refused_is_down():
     v = run([(0, reading(eng()))])[0]
-    done = after_probe(v, Probe(ok=False, seconds=0, refused=True, detail="connection refused"), None, S, T0 + 1)
-    assert (done.word, done.state) == ("down", CRITICAL)
+    done = after_probe(v, ProbeOutcome(REFUSED, 0, "connection refused"), None, S, T0 + 1)
+    assert (done.word, done.code) == ("down", CRITICAL)
 
 
 @pytest.mark.parametrize("after", [
@@ -159,10 +161,10 @@ def test_restart_is_never_compared(after):
     before = Reading(engines={"0": EngineReading(**{**FROZEN.__dict__, "created": T0 - 900})},
                      process_start=None if after.process_start is None else T0 - 1000)
     v = run([(0, reading(FROZEN)), (60, reading(FROZEN)), (120, before), (180, after)])
-    assert v[3].word == "restarted" and v[3].state == OK
+    assert v[3].word == "restarted" and v[3].code == OK
     assert v[3].tokens_per_second is None
     # and the stall is forgotten: the next frozen reading is only the first comparison again
-    v2 = assess(v[3].new_state, after, S, T0 + 240)
+    v2 = assess(v[3].memory, after, S, T0 + 240)
     assert v2.word == "stalling"
 
 
@@ -182,34 +184,34 @@ def test_data_parallel_one_frozen_engine_is_stuck_and_named():
 
 def test_sleeping_engine_is_ok_and_not_probed():
     v = run([(0, reading(eng(asleep=True)))])[0]
-    assert (v.word, v.state, v.action) == ("sleeping", OK, None)
+    assert (v.word, v.code, v.action) == ("sleeping", OK, None)
 
 
 def test_too_soon_repeats_last_verdict_and_keeps_baseline():
     v = run([(0, reading(FROZEN)), (60, reading(FROZEN)), (60.5, reading(FROZEN)), (61, reading(FROZEN))])
     assert [w for w, _ in words(v)] == ["busy", "stalling", "stalling", "stalling"]
     # the quick re-runs did not count as comparisons: still 1 reading
-    assert v[3].new_state["stall"]["0"]["count"] == 1
-    assert v[3].new_state["reading"]["at"] == T0 + 60
+    assert v[3].memory.stalls["0"].readings == 1
+    assert v[3].memory.baseline.at == T0 + 60
 
 
 @pytest.mark.parametrize("jump", [-7200, -1, 7200])
 def test_clock_jumps_cost_a_baseline_not_a_false_stuck(jump):
     v = run([(0, reading(FROZEN)), (60, reading(FROZEN)), (60 + jump, reading(FROZEN))])
-    assert v[2].state != CRITICAL
+    assert v[2].code != CRITICAL
     assert v[2].action == "reread"
 
 
 def test_unresponsive_turns_critical_once_it_lasts():
-    st: dict = {}
+    st = Memory()
     out = []
     for t in (0, 60, 120):
         v = assess_failure(st, Failure("unresponsive", "GET /metrics timed out"), S, T0 + t)
-        st = v.new_state
-        out.append((v.word, v.state))
+        st = v.memory
+        out.append((v.word, v.code))
     assert out == [("unresponsive", WARNING), ("unresponsive", WARNING), ("unresponsive", CRITICAL)]
     # a good reading clears the streak
-    assert "unresponsive" not in assess(st, reading(eng()), S, T0 + 130).new_state
+    assert assess(st, reading(eng()), S, T0 + 130).memory.unresponsive is None
 
 
 @pytest.mark.parametrize("failure,expected", [
@@ -220,20 +222,20 @@ def test_unresponsive_turns_critical_once_it_lasts():
     (Failure("proxy", "refused", models_ok=False), ("proxy", CRITICAL)),
 ])
 def test_failures(failure, expected):
-    v = assess_failure({}, failure, S, T0)
-    assert (v.word, v.state) == expected
+    v = assess_failure(Memory(), failure, S, T0)
+    assert (v.word, v.code) == expected
 
 
 def test_down_within_grace_after_a_handler_restart_is_starting():
-    v = assess_failure({}, Failure("down", "connection refused"), S, T0, restart_marker=T0 - 30)
-    assert (v.word, v.state) == ("starting", WARNING)
-    v = assess_failure({}, Failure("down", "connection refused"), S, T0, restart_marker=T0 - 3600)
-    assert (v.word, v.state) == ("down", CRITICAL)
+    v = assess_failure(Memory(), Failure("down", "connection refused"), S, T0, restart_marker=T0 - 30)
+    assert (v.word, v.code) == ("starting", WARNING)
+    v = assess_failure(Memory(), Failure("down", "connection refused"), S, T0, restart_marker=T0 - 3600)
+    assert (v.word, v.code) == ("down", CRITICAL)
 
 
 def test_a_baseline_survives_a_down_run():
     v = run([(0, reading(FROZEN)), (60, reading(FROZEN))])
-    st = assess_failure(v[1].new_state, Failure("down", "refused"), S, T0 + 90).new_state
+    st = assess_failure(v[1].memory, Failure("down", "refused"), S, T0 + 90).memory
     assert assess(st, reading(FROZEN), S, T0 + 120).word == "stuck"
 
 
@@ -242,13 +244,13 @@ def test_a_baseline_survives_a_down_run():
     {"stall": [1, 2]}, {"stall": {"0": {"since": "x", "count": None}}}, {"verdict": 3}, {"probe": {"prompt_tokens": "x"}},
 ])
 def test_malformed_state_is_a_baseline_not_a_crash(garbage):
-    v = assess(garbage, reading(FROZEN), S, T0)
-    assert v.state != CRITICAL
+    v = assess(codec.from_json(garbage), reading(FROZEN), S, T0)
+    assert v.code != CRITICAL
 
 
 def test_our_own_probe_is_not_reported_as_throughput():
     v0 = run([(0, reading(eng()))])[0]
-    st = after_probe(v0, Probe(ok=True, seconds=0.05, prompt_tokens=2, completion_tokens=1), None, S, T0).new_state
+    st = after_probe(v0, ProbeOutcome(ANSWERED, 0.05, prompt_tokens=2, completion_tokens=1), None, S, T0).memory
     after = EngineReading(**{**eng().__dict__, "steps": 101.0, "generation_tokens": 1001.0, "prompt_tokens": 502.0,
                              "finished": 11.0})
     v = assess(st, reading(after), S, T0 + 60)
@@ -262,9 +264,9 @@ def test_short_gap_never_counts_a_stall_reading_even_when_another_engine_moves()
     v = run([(0, reading(eng(2, 0, steps=1), FROZEN)), (3, reading(eng(2, 0, steps=2), FROZEN))], s)
     assert v[1].engines == {"0": "busy", "1": "stuck"}
     # 0.5 s later engine 1's work is gone (its KV freed: that is movement), engine 0 has a request queued
-    later = assess(v[1].new_state, reading(eng(0, 1, steps=2), eng(0, 0)), s, T0 + 3.5)
-    assert later.engines == {"0": "busy", "1": "idle"} and (later.word, later.state) == ("busy", OK)
+    later = assess(v[1].memory, reading(eng(0, 1, steps=2), eng(0, 0)), s, T0 + 3.5)
+    assert later.engines == {"0": "busy", "1": "idle"} and (later.word, later.code) == ("busy", OK)
     # and an engine already stuck stays stuck, its stall count unchanged, while the other one moves
-    still = assess(v[1].new_state, reading(eng(2, 0, steps=9), FROZEN), s, T0 + 3.5)
+    still = assess(v[1].memory, reading(eng(2, 0, steps=9), FROZEN), s, T0 + 3.5)
     assert still.engines == {"0": "busy", "1": "stuck"}
-    assert still.new_state["stall"]["1"]["count"] == v[1].new_state["stall"]["1"]["count"]
+    assert still.memory.stalls["1"].readings == v[1].memory.stalls["1"].readings

@@ -1,4 +1,4 @@
-"""The small JSON file that carries the previous reading from one check run to the next.
+"""The small JSON file that carries the memory (check_vllm.memory) from one check run to the next.
 
 Written atomically (temp file, fsync, rename) so a reader never sees half a file; guarded by an
 flock on a side file so two runs on one target take turns; versioned, so a file from another
@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from .vocab import LOCK_TIMEOUT
 
 FORMAT = "check_vllm-state"
 VERSION = 1
@@ -48,9 +50,19 @@ def target_key(url: str, mode: str) -> str:
     return f"{mode} {url.rstrip('/')}"
 
 
-def state_path(state_dir: Path, url: str, mode: str) -> Path:
-    digest = hashlib.sha256(target_key(url, mode).encode()).hexdigest()[:20]
+def _mode(proxy: bool) -> str:
+    """A balancer URL read through /v1/models only keeps a memory apart from the same URL read for /metrics."""
+    return "proxy" if proxy else "metrics"
+
+
+def state_path(state_dir: Path, url: str, proxy: bool = False) -> Path:
+    digest = hashlib.sha256(target_key(url, _mode(proxy)).encode()).hexdigest()[:20]
     return Path(state_dir) / f"vllm-{digest}.json"
+
+
+def check_file(state_dir: Path, url: str, proxy: bool, lock_timeout: float = LOCK_TIMEOUT) -> StateFile:
+    """The state file check_vllm keeps for one target (the handler reads the same one)."""
+    return StateFile(state_path(state_dir, url, proxy), target_key(url, _mode(proxy)), lock_timeout)
 
 
 def _open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
@@ -65,7 +77,7 @@ def _open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
 class StateFile:
     """Lock, load and save one target's state. Use as a context manager: the lock spans the run."""
 
-    def __init__(self, path: Path, target: str, lock_timeout: float = 10.0) -> None:
+    def __init__(self, path: Path, target: str, lock_timeout: float = LOCK_TIMEOUT) -> None:
         self.path = Path(path)
         self.target = target
         self.lock_timeout = lock_timeout

@@ -1,0 +1,97 @@
+"""The three vLLM calls the check makes: GET /metrics, GET /v1/models, and the 1-token probe.
+
+Each returns a value of check_vllm.values and never raises: a Reading or the Failure that explains
+why there is none; the liveness /v1/models gives; the ProbeOutcome with its one kind. The probe is a
+real completion, so it takes a request slot: it is sent only to an idle engine.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from .fetch import Endpoint, FetchError, request
+from .reading import NotMetrics, parse
+from .values import ANSWERED, CUT_SHORT, NO_ANSWER, REFUSED, REJECTED, Failure, ProbeOutcome, Reading
+from .vocab import DOWN, NO_METRICS, UNRESPONSIVE
+
+PROBE_PROMPT = "Hi"
+
+
+def read_metrics(client: httpx.Client, endpoint: Endpoint, timeout: float) -> Reading | Failure:
+    """GET /metrics once: a Reading, or the Failure that explains why there is none."""
+    try:
+        resp = request(client, endpoint, "GET", "/metrics", timeout)
+    except FetchError as err:
+        if err.kind == "down":
+            return Failure(DOWN, f"{err.detail} ({endpoint.url})")
+        if err.kind in ("too large", "redirect", "encoding"):  # the page is not where we were told: no metrics
+            return Failure(NO_METRICS, err.detail)
+        return Failure(UNRESPONSIVE, err.detail)
+    if resp.status >= 500:
+        return Failure(UNRESPONSIVE, f"/metrics answered HTTP {resp.status}")
+    if resp.status != 200:
+        return Failure(NO_METRICS, f"/metrics answered HTTP {resp.status}")
+    try:
+        return parse(resp.text())
+    except NotMetrics as err:
+        kind = resp.content_type.split(";")[0].strip() or "no content type"
+        return Failure(NO_METRICS, f"/metrics is not vLLM's ({err}; {kind}, {len(resp.body)} bytes)")
+
+
+def first_model(client: httpx.Client, endpoint: Endpoint, timeout: float) -> str | None:
+    """The first model id /v1/models lists. Raises FetchError when the endpoint does not answer."""
+    resp = request(client, endpoint, "GET", "/v1/models", timeout, auth=True)
+    if resp.status != 200:
+        raise FetchError("status", f"/v1/models answered HTTP {resp.status}", resp.status)
+    doc = resp.json()
+    try:
+        model = doc["data"][0]["id"]
+    except (TypeError, KeyError, IndexError):
+        raise FetchError("protocol", "/v1/models did not list any model") from None
+    return str(model)[:200] if isinstance(model, (str, int)) else None
+
+
+def liveness(client: httpx.Client, endpoint: Endpoint, kind: str, detail: str, timeout: float) -> Failure:
+    """Liveness from /v1/models alone, for when /metrics cannot tell (or must not be read)."""
+    try:
+        model = first_model(client, endpoint, timeout)
+    except FetchError as err:
+        why = f"{err.detail} ({endpoint.url})" if err.kind == "down" else err.detail
+        return Failure(kind, detail or why, models_ok=False)
+    return Failure(kind, detail, models_ok=True, model=model)
+
+
+def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: float, full: bool = True) -> ProbeOutcome:
+    """Send one completion of max_tokens 1 and say how it went.
+
+    `full` is False when the run's -t budget left less than --probe-timeout: no answer then proves nothing.
+    """
+    body = {"model": model, "prompt": PROBE_PROMPT, "max_tokens": 1, "temperature": 0, "stream": False}
+    try:
+        resp = request(client, endpoint, "POST", "/v1/completions", timeout, body=body, auth=True)
+    except FetchError as err:
+        kind = REFUSED if err.kind == "down" else (NO_ANSWER if full else CUT_SHORT)
+        return ProbeOutcome(kind, timeout, err.detail)
+    if resp.status != 200:
+        detail = f"completion answered HTTP {resp.status}{endpoint.redact(_error_text(resp.json()))}"
+        return ProbeOutcome(REJECTED if 400 <= resp.status < 500 else NO_ANSWER, resp.seconds, detail)
+    doc = resp.json()
+    if not isinstance(doc, dict) or not doc.get("choices"):
+        return ProbeOutcome(NO_ANSWER, resp.seconds, "completion answer has no choices")
+    usage = doc.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    return ProbeOutcome(ANSWERED, resp.seconds, prompt_tokens=_count(usage.get("prompt_tokens"), 16.0),
+                        completion_tokens=_count(usage.get("completion_tokens"), 1.0))
+
+
+def _count(value: object, default: float) -> float:
+    return float(value) if isinstance(value, (int, float)) and 0 <= value < 1e6 else default
+
+
+def _error_text(doc: object) -> str:
+    if isinstance(doc, dict):
+        err = doc.get("error")
+        msg = err.get("message") if isinstance(err, dict) else doc.get("message")
+        if isinstance(msg, str) and msg:
+            return f": {msg[:120]}"
+    return ""
