@@ -12,29 +12,39 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import NamedTuple
 
 import httpx
 
-from .simulator import Simulator
+from .simulator import BY_NAME, Simulator
 
 STATES = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
-FAST = ["--min-gap", "0.5", "--reread-delay", "0.6", "--stuck-seconds", "0", "--probe-timeout", "2", "-t", "6"]
+FAST = ("--min-gap", "0.5", "--reread-delay", "0.6", "--stuck-seconds", "0", "--probe-timeout", "2", "-t", "6")
 
-#: scenario, what it stands for, how many runs to show (stuck needs a history)
-SCENARIOS = (
-    ("idle", "nothing to do: the only case where the check sends a 1-token probe", 1),
-    ("busy", "all slots full, requests queued, counters moving", 2),
-    ("long_prefill", "one long prompt being read: only the KV cache moves", 2),
-    ("stuck", "engine frozen with work queued: OK -> WARNING -> CRITICAL", 3),
-    ("hung_idle", "engine frozen with no work: /metrics looks idle, only the probe can tell", 1),
-    ("dp_one_frozen", "two data-parallel engines, engine 1 frozen", 3),
-    ("restarted", "the server came back as a new process", 1),
-    ("sleeping", "vLLM sleep mode", 1),
-    ("no_metrics", "/metrics missing: liveness from /v1/models only", 1),
-    ("html", "a proxy's HTML error page served with status 200", 1),
-    ("http_500", "/metrics answers 500", 1),
-    ("slow", "/metrics takes longer than the check may wait", 1),
-    ("dead", "nothing listens on the port", 1),
+
+class Step(NamedTuple):
+    """One scenario of the tour; what it stands for comes from the simulator's scenario table."""
+
+    scenario: str
+    runs: int = 1  # check runs to show: a verdict that needs a history needs several
+    from_busy: bool = False  # enter it from a healthy busy baseline the check has seen (stuck, restarted)
+
+
+#: The tour, in the order shown; multiprocess and http_502 are left out, they would look like busy and http_500.
+STEPS = (
+    Step("idle"),
+    Step("busy", 2),
+    Step("long_prefill", 2),
+    Step("stuck", 3, from_busy=True),
+    Step("hung_idle"),
+    Step("dp_one_frozen", 3),
+    Step("restarted", from_busy=True),
+    Step("sleeping"),
+    Step("no_metrics"),
+    Step("html"),
+    Step("http_500"),
+    Step("slow"),
+    Step("dead"),
 )
 
 
@@ -61,21 +71,24 @@ def main(argv: list[str] | None = None) -> int:
     args = argparse.ArgumentParser(description=__doc__).parse_args(argv)
     del args
     started = time.monotonic()
+    dp = BY_NAME["dp_one_frozen"]
     with tempfile.TemporaryDirectory() as tmp, Simulator(scenario="idle", slow_seconds=30) as sim, \
-            Simulator(scenario="dp_one_frozen", engines=2) as dp:
+            Simulator(scenario=dp.name, engines=dp.min_engines) as dp_sim:
         print(f"vLLM simulator on {sim.url} (2 request slots, like --max-num-seqs 2)\n")
-        for n, (scenario, what, runs) in enumerate(SCENARIOS):
+        for n, step in enumerate(STEPS):
             state_dir = f"{tmp}/{n}"
-            server = dp if scenario == "dp_one_frozen" else sim  # a server never changes its engine count
+            entry = BY_NAME[step.scenario]
+            # a server never changes its engine count, so the multi-engine scenario has its own
+            server = dp_sim if entry.min_engines > 1 else sim
             if server is sim:
-                sim.set_scenario("busy" if scenario in ("stuck", "restarted") else scenario)
-            if scenario in ("stuck", "restarted"):
+                sim.set_scenario("busy" if step.from_busy else entry.name)
+            if step.from_busy:
                 _check(sim.url, state_dir)  # a healthy busy baseline first
                 time.sleep(0.6)
-                sim.set_scenario(scenario)
+                sim.set_scenario(entry.name)
             server.clear_requests()
-            print(f"== {scenario}: {what}")
-            for _ in range(runs):
+            print(f"== {entry.name}: {entry.description}")
+            for _ in range(step.runs):
                 code, out = _check(server.url, state_dir)
                 print(f"$ check_vllm -u {server.url}\n{out}\n-> exit {code} ({STATES.get(code, '?')})")
                 time.sleep(0.6)

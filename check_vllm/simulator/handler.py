@@ -1,0 +1,288 @@
+"""The HTTP handler: routes like vLLM's OpenAI server, plus the ``/_sim/`` control endpoints.
+
+What to answer is decided by the simulated process and by the scenario entry in force (``metrics`` says what
+``/metrics`` answers, ``listening`` whether anything is answered at all); this module only speaks HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
+from urllib.parse import urlsplit
+
+from . import openai_api
+from .engine import Outcome
+from .scenarios import BY_NAME, SCENARIOS, MetricsAnswer
+
+if TYPE_CHECKING:
+    from .core import Simulator
+    from .listener import TrackingServer
+    from .process import SimulatedProcess
+
+#: How often waiting code looks again: the serve loop's poll, a queued request's check for a hung-up client.
+WAIT_SLICE_SECONDS: Final = 0.05
+_MAX_BODY_BYTES: Final = 1 << 20
+_METRICS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+_HTML_ERROR_PAGE: Final = (
+    b"<html><body><h1>502 Bad Gateway</h1>\n"
+    b"<p>The server returned an invalid or incomplete response.</p>\n"
+    b"<hr><center>nginx</center></body></html>\n"
+)
+_KNOWN_ROUTES: Final[Mapping[str, str]] = MappingProxyType({
+    "/metrics": "GET",
+    "/health": "GET",
+    "/v1/models": "GET",
+    "/v1/completions": "POST",
+    "/v1/chat/completions": "POST",
+})
+
+
+class _Canned(NamedTuple):
+    """A fixed answer; ``handler`` is its http_requests_total label ("none": a route the server lacks)."""
+
+    status: int
+    body: bytes
+    content_type: str
+    handler: str
+
+
+#: What /metrics answers when the scenario says it does not serve the page.
+_CANNED_METRICS: Final[Mapping[MetricsAnswer, _Canned]] = MappingProxyType({
+    MetricsAnswer.NOT_FOUND: _Canned(404, b'{"detail": "Not Found"}', "application/json", "none"),
+    MetricsAnswer.HTML_200: _Canned(200, _HTML_ERROR_PAGE, "text/html", "/metrics"),
+    MetricsAnswer.HTTP_500: _Canned(500, b"Internal Server Error", "text/plain; charset=utf-8", "/metrics"),
+    MetricsAnswer.HTTP_502: _Canned(502, _HTML_ERROR_PAGE, "text/html", "/metrics"),
+})
+
+
+class Handler(BaseHTTPRequestHandler):
+    """HTTP front end: routes like vLLM's OpenAI server plus the ``/_sim/`` control endpoints."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    @property
+    def _server(self) -> TrackingServer:
+        return cast("TrackingServer", self.server)
+
+    @property
+    def _sim(self) -> Simulator:
+        return self._server.simulator
+
+    @property
+    def _proc(self) -> SimulatedProcess:
+        return self._server.process
+
+    def setup(self) -> None:
+        super().setup()
+        self._server.track(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        except (ConnectionError, TimeoutError, OSError):
+            pass
+        finally:
+            self._server.untrack(self.connection)
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (ConnectionError, TimeoutError):
+            self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence the per-request stderr log; tests read the request log instead."""
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    # --- plumbing ----------------------------------------------------------------------------------------------
+
+    def _read_body(self) -> bytes:
+        """The request body, chunked or not; ValueError past ``_MAX_BODY_BYTES``."""
+        if "chunked" not in (self.headers.get("Transfer-Encoding") or "").lower():
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > _MAX_BODY_BYTES:
+                raise ValueError("request body too large")
+            return self.rfile.read(length) if length > 0 else b""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            line = self.rfile.readline(64)
+            length = int(line.split(b";", 1)[0].strip() or b"0", 16)
+            if length == 0:
+                self.rfile.readline(64)
+                return b"".join(chunks)
+            size += length
+            if size > _MAX_BODY_BYTES:
+                raise ValueError("request body too large")
+            chunks.append(self.rfile.read(length))
+            self.rfile.readline(64)
+
+    def _send(self, status: int, body: bytes, content_type: str, *, handler: str | None = None) -> None:
+        """Write a complete response; ``handler`` labels it in http_requests_total (None: not counted)."""
+        if handler is not None:
+            self._proc.count_http(handler, self.command, status)
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+
+    def _send_json(self, status: int, payload: Any, *, handler: str | None = None) -> None:
+        self._send(status, json.dumps(payload).encode(), "application/json", handler=handler)
+
+    def _api_error(self, error: openai_api.ApiError, handler: str) -> None:
+        self._send_json(error.status, openai_api.error_payload(error, self._sim.legacy), handler=handler)
+
+    def _client_gone(self) -> bool:
+        """True when the peer closed its end (readable with nothing to read)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
+    def _drop(self) -> None:
+        """Answer nothing and close, like a process that died with the request in flight."""
+        self.close_connection = True
+
+    # --- routing -----------------------------------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        path = urlsplit(self.path).path
+        try:
+            body = self._read_body()
+        except ValueError:
+            self.close_connection = True
+            self._send_json(413, {"detail": "Request Entity Too Large"})
+            return
+        if path.startswith("/_sim/"):
+            self._control(path, body)
+            return
+        sim = self._sim
+        self._proc.record(self.command, path)
+        if self._proc.is_gone():
+            self._drop()
+            return
+        expected = _KNOWN_ROUTES.get(path)
+        if expected is None:
+            self._send_json(404, {"detail": "Not Found"}, handler="none")
+        elif expected != self.command:
+            self._send_json(405, {"detail": "Method Not Allowed"}, handler=path)
+        elif path == "/metrics":
+            self._metrics()
+        elif path == "/health":
+            self._send(200, b"", "application/json", handler=path)
+        elif path == "/v1/models":
+            self._send_json(200, openai_api.models_payload(sim.model, sim.process_start_time), handler=path)
+        else:
+            self._completion(path, body)
+
+    def _metrics(self) -> None:
+        sim = self._sim
+        answer = self._proc.entry().metrics
+        canned = _CANNED_METRICS.get(answer)
+        if canned is not None:
+            self._send(canned.status, canned.body, canned.content_type, handler=canned.handler)
+            return
+        if answer is MetricsAnswer.SLOW and not self._proc.slow_wait(sim.slow_seconds):
+            self._drop()
+            return
+        self._send(200, sim.metrics_text(), _METRICS_CONTENT_TYPE, handler="/metrics")
+
+    def _completion(self, path: str, raw: bytes) -> None:
+        sim = self._sim
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._api_error(openai_api.ApiError(400, "BadRequestError", "Request body is not valid JSON."), path)
+            return
+        request = openai_api.parse_completion(body, path == "/v1/chat/completions", sim.model)
+        if isinstance(request, openai_api.ApiError):
+            self._api_error(request, path)
+            return
+        outcome = self._proc.complete(request.prompt_tokens, request.max_tokens, self._client_gone, WAIT_SLICE_SECONDS)
+        if outcome is Outcome.SLEEPING:
+            self._api_error(
+                openai_api.ApiError(400, "BadRequestError", "The engine is sleeping; wake it up first."), path)
+        elif outcome is Outcome.SERVED:
+            self._send_json(200, openai_api.completion_payload(request, sim.model), handler=path)
+        else:
+            self._drop()
+
+    # --- control -----------------------------------------------------------------------------------------------
+
+    def _control(self, path: str, raw: bytes) -> None:
+        """``/_sim/*``: steer the simulator from another process. Never recorded, never counted."""
+        sim = self._sim
+        if path == "/_sim/requests" and self.command == "GET":
+            log = [{"method": r.method, "path": r.path, "at": r.at} for r in sim.requests()]
+            self._send_json(200, log)
+        elif path == "/_sim/scenario" and self.command == "GET":
+            self._send_json(200, {"scenario": sim.scenario})
+        elif path == "/_sim/scenario" and self.command == "POST":
+            self._set_scenario(raw)
+        elif path == "/_sim/restart" and self.command == "POST":
+            sim.restart()
+            self._send_json(200, {"restarted": True, "process_start_time_seconds": sim.process_start_time})
+        elif path == "/_sim/clear" and self.command == "POST":
+            sim.clear_requests()
+            self._send_json(200, {"cleared": True})
+        else:
+            self._send_json(404, {"detail": "Not Found"})
+
+    def _set_scenario(self, raw: bytes) -> None:
+        """``POST /_sim/scenario`` with ``{"scenario": name, "seconds": s, "then": name}`` (the last two optional)."""
+        try:
+            name, seconds, then = _parse_switch(raw)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            self._send_json(400, {"error": str(exc), "scenarios": list(SCENARIOS)})
+            return
+        if not BY_NAME[name].listening:
+            # The listener is closed before we answer, so a client that reconnects right after the answer is
+            # refused; this connection is spared and closed after the answer.
+            self.close_connection = True
+        try:
+            self._sim._set_scenario(name, seconds=seconds, then=then, keep=self.connection)
+        except ValueError as exc:
+            self._send_json(400, {"error": str(exc), "scenarios": list(SCENARIOS)})
+            return
+        self._send_json(200, {"scenario": name})
+
+
+def _parse_switch(raw: bytes) -> tuple[str, float | None, str]:
+    """(scenario, seconds, then) of a scenario switch; ValueError, KeyError or TypeError if it is not one."""
+    body = json.loads(raw or b"{}")
+    name = body["scenario"]
+    seconds = body.get("seconds")
+    then = body.get("then", "idle")
+    if not isinstance(name, str) or not isinstance(then, str):
+        raise TypeError("scenario must be a string")
+    if seconds is not None:
+        seconds = float(seconds)
+    for candidate in (name, then):
+        if candidate not in BY_NAME:
+            raise ValueError(f"unknown scenario {candidate!r}")
+    return name, seconds, then

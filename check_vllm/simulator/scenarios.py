@@ -1,0 +1,104 @@
+"""The scenario table: every way the simulator can behave, one frozen entry per scenario.
+
+The rest of the package never compares scenario names; it reads the fields of the entry in force. Adding a
+scenario is adding a row here (and, if it needs a new kind of behaviour, a new ``EngineMode`` or
+``MetricsAnswer`` member and the code that gives it meaning).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+
+class EngineMode(enum.Enum):
+    """What one engine is doing; ``engine.py`` says how each mode moves the counters and the queue."""
+
+    IDLE = "idle"  # no work; a request is served at once
+    BUSY = "busy"  # every slot taken, requests queued, counters moving
+    PREFILL = "prefill"  # one long prompt being read: only the KV cache grows
+    STUCK = "stuck"  # frozen with work: slots taken, queue full, nothing moves
+    HUNG = "hung"  # frozen with no work: metrics say idle, a completion never gets an answer
+    SLEEPING = "sleeping"  # vLLM sleep mode: sleep gauge set, completions refused
+
+
+class MetricsAnswer(enum.Enum):
+    """What ``GET /metrics`` answers (the other routes answer as usual while the port listens)."""
+
+    PAGE = "page"  # the vLLM Prometheus page
+    SLOW = "slow"  # the page, but only after ``slow_seconds``
+    NOT_FOUND = "not_found"  # 404 JSON, as a server without a metrics route
+    HTML_200 = "html_200"  # a proxy's HTML error page with status 200
+    HTTP_500 = "http_500"  # 500 with a plain-text body
+    HTTP_502 = "http_502"  # 502 with a proxy's HTML error page
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One row of the table.
+
+    ``modes[i]`` is what engine ``i`` does; engines past the end of ``modes`` do what engine 0 does, so a
+    scenario only spells out the engines that differ. ``restarts`` makes entering the scenario a process
+    restart (counters to 0, new start time); coming back from a scenario that does not listen always is one.
+    """
+
+    name: str
+    description: str
+    modes: tuple[EngineMode, ...] = (EngineMode.IDLE,)
+    metrics: MetricsAnswer = MetricsAnswer.PAGE
+    listening: bool = True
+    restarts: bool = False
+    multiprocess: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.modes:
+            raise ValueError(f"scenario {self.name!r} must give engine 0 a mode")
+
+    @property
+    def min_engines(self) -> int:
+        """Engines the scenario needs; entering it adds engines up to this many (they are never removed)."""
+        return len(self.modes)
+
+    def mode(self, engine: int) -> EngineMode:
+        """What engine number ``engine`` does in this scenario."""
+        return self.modes[engine] if engine < len(self.modes) else self.modes[0]
+
+
+_M = EngineMode
+_A = MetricsAnswer
+
+#: Every scenario, in the order the CLI lists them.
+TABLE: Final[tuple[Scenario, ...]] = (
+    Scenario("idle", "nothing to do: the only case where the check sends a 1-token probe"),
+    Scenario("busy", "all slots full, requests queued, counters moving", (_M.BUSY,)),
+    Scenario("long_prefill", "one long prompt being read: only the KV cache moves", (_M.PREFILL,)),
+    Scenario("stuck", "engine frozen with work queued: OK -> WARNING -> CRITICAL", (_M.STUCK,)),
+    Scenario("hung_idle", "engine frozen with no work: /metrics looks idle, only the probe can tell", (_M.HUNG,)),
+    Scenario("restarted", "the server came back as a new process", restarts=True),
+    Scenario("dp_one_frozen", "two data-parallel engines, engine 1 frozen", (_M.BUSY, _M.STUCK)),
+    Scenario("multiprocess", "busy, metrics in prometheus multiprocess mode: no process_*, no _created",
+             (_M.BUSY,), multiprocess=True),
+    Scenario("no_metrics", "/metrics missing: liveness from /v1/models only", metrics=_A.NOT_FOUND),
+    Scenario("html", "a proxy's HTML error page served with status 200", metrics=_A.HTML_200),
+    Scenario("http_500", "/metrics answers 500", metrics=_A.HTTP_500),
+    Scenario("http_502", "/metrics answers 502, a proxy's HTML error page", metrics=_A.HTTP_502),
+    Scenario("sleeping", "vLLM sleep mode", (_M.SLEEPING,)),
+    Scenario("slow", "/metrics takes longer than the check may wait", metrics=_A.SLOW),
+    Scenario("dead", "nothing listens on the port", listening=False),
+)
+
+#: The table by name.
+BY_NAME: Final = MappingProxyType({entry.name: entry for entry in TABLE})
+
+#: Every scenario name the simulator understands, in the order the CLI lists them.
+SCENARIOS: Final[tuple[str, ...]] = tuple(entry.name for entry in TABLE)
+
+
+def lookup(name: str) -> Scenario:
+    """The entry for ``name``; ValueError (listing the known names) for anything else."""
+    entry = BY_NAME.get(name) if isinstance(name, str) else None
+    if entry is None:
+        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    return entry
