@@ -11,10 +11,29 @@ import httpx
 
 from .fetch import Endpoint, FetchError, request
 from .reading import NotMetrics, parse
-from .values import ANSWERED, CUT_SHORT, NO_ANSWER, REFUSED, REJECTED, Failure, ProbeOutcome, Reading
-from .vocab import DOWN, NO_METRICS, UNRESPONSIVE
+from .safe_text import clean
+from .values import (
+    ANSWERED,
+    CUT_SHORT,
+    ENGINE_DEAD,
+    MODELS_OK,
+    NO_ANSWER,
+    REFUSED,
+    REJECTED,
+    Failure,
+    ProbeOutcome,
+    Reading,
+)
+from .vocab import DOWN, NO_METRICS, UNREACHABLE, UNRESPONSIVE
 
 PROBE_PROMPT = "Hi"
+#: What vLLM's API server says once its EngineCore has died (vllm.v1.engine.exceptions.EngineDeadError).
+ENGINE_DEAD_SIGNS = ("EngineCore encountered an issue", "EngineDeadError", "Engine loop is not running")
+
+
+def _unreached(err: FetchError) -> str | None:
+    """The verdict word for a request that reached no server: nothing listens, or we cannot get there."""
+    return {"down": DOWN, "unreachable": UNREACHABLE}.get(err.kind)
 
 
 def read_metrics(client: httpx.Client, endpoint: Endpoint, timeout: float) -> Reading | Failure:
@@ -22,8 +41,9 @@ def read_metrics(client: httpx.Client, endpoint: Endpoint, timeout: float) -> Re
     try:
         resp = request(client, endpoint, "GET", "/metrics", timeout)
     except FetchError as err:
-        if err.kind == "down":
-            return Failure(DOWN, f"{err.detail} ({endpoint.url})")
+        unreached = _unreached(err)
+        if unreached:
+            return Failure(unreached, f"{err.detail} ({endpoint.url})")
         if err.kind in ("too large", "redirect", "encoding"):  # the page is not where we were told: no metrics
             return Failure(NO_METRICS, err.detail)
         return Failure(UNRESPONSIVE, err.detail)
@@ -35,7 +55,8 @@ def read_metrics(client: httpx.Client, endpoint: Endpoint, timeout: float) -> Re
         return parse(resp.text())
     except NotMetrics as err:
         kind = resp.content_type.split(";")[0].strip() or "no content type"
-        return Failure(NO_METRICS, f"/metrics is not vLLM's ({err}; {kind}, {len(resp.body)} bytes)")
+        kind = clean(kind, 60)
+        return Failure(NO_METRICS, f"/metrics is not vLLM's ({clean(str(err), 160)}; {kind}, {len(resp.body)} bytes)")
 
 
 def first_model(client: httpx.Client, endpoint: Endpoint, timeout: float) -> str | None:
@@ -48,7 +69,7 @@ def first_model(client: httpx.Client, endpoint: Endpoint, timeout: float) -> str
         model = doc["data"][0]["id"]
     except (TypeError, KeyError, IndexError):
         raise FetchError("protocol", "/v1/models did not list any model") from None
-    return str(model)[:200] if isinstance(model, (str, int)) else None
+    return clean(str(model), 200) if isinstance(model, (str, int)) else None
 
 
 def liveness(client: httpx.Client, endpoint: Endpoint, kind: str, detail: str, timeout: float) -> Failure:
@@ -56,9 +77,11 @@ def liveness(client: httpx.Client, endpoint: Endpoint, kind: str, detail: str, t
     try:
         model = first_model(client, endpoint, timeout)
     except FetchError as err:
-        why = f"{err.detail} ({endpoint.url})" if err.kind == "down" else err.detail
-        return Failure(kind, detail or why, models_ok=False)
-    return Failure(kind, detail, models_ok=True, model=model)
+        unreached = _unreached(err)
+        why = f"{err.detail} ({endpoint.url})" if unreached else err.detail
+        return Failure(kind, f"{detail}; /v1/models failed too: {why}" if detail else why,
+                       models=unreached or UNRESPONSIVE)
+    return Failure(kind, detail, models=MODELS_OK, model=model)
 
 
 def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: float, full: bool = True) -> ProbeOutcome:
@@ -73,7 +96,10 @@ def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: floa
         kind = REFUSED if err.kind == "down" else (NO_ANSWER if full else CUT_SHORT)
         return ProbeOutcome(kind, timeout, err.detail)
     if resp.status != 200:
-        detail = f"completion answered HTTP {resp.status}{endpoint.redact(_error_text(resp.json()))}"
+        said = endpoint.redact(_error_text(resp.json()))
+        detail = f"completion answered HTTP {resp.status}{clean(said, 160)}"
+        if resp.status >= 500 and any(sign in said for sign in ENGINE_DEAD_SIGNS):
+            return ProbeOutcome(ENGINE_DEAD, resp.seconds, detail)
         return ProbeOutcome(REJECTED if 400 <= resp.status < 500 else NO_ANSWER, resp.seconds, detail)
     doc = resp.json()
     if not isinstance(doc, dict) or not doc.get("choices"):
@@ -93,5 +119,5 @@ def _error_text(doc: object) -> str:
         err = doc.get("error")
         msg = err.get("message") if isinstance(err, dict) else doc.get("message")
         if isinstance(msg, str) and msg:
-            return f": {msg[:120]}"
+            return f": {msg[:400]}"
     return ""

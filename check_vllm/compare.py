@@ -47,6 +47,22 @@ def restart_reason(prev: Reading, cur: Reading) -> str | None:
     return None
 
 
+def continues(prev: Reading, cur: Reading) -> bool:
+    """Positive evidence that `cur` comes from the process that produced `prev`: the same identity
+    (start time, or the counters' `_created`) and no counter behind; counters alone only where
+    neither page carries an identity (multiprocess mode)."""
+    if restart_reason(prev, cur) is not None:
+        return False
+    if prev.process_start is not None and cur.process_start is not None:
+        return True
+    created = [(prev.engines[n].created, e.created) for n, e in cur.engines.items() if n in prev.engines]
+    if any(a is not None and b is not None for a, b in created):
+        return True
+    identities = [prev.process_start, cur.process_start,
+                  *(e.created for e in prev.engines.values()), *(e.created for e in cur.engines.values())]
+    return all(x is None for x in identities)
+
+
 def allowance(probe: Footprint | None) -> dict[str, float]:
     """What one probe of p prompt and c generated tokens can move: at most c+1 steps, one finished request."""
     if probe is None:

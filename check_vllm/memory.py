@@ -2,17 +2,18 @@
 
 A piece that is missing, hand-edited or from a foreign file comes back as None (or empty): the run
 then takes a new baseline for that piece instead of guessing. The JSON shape is version 1 of the
-state file (check_vllm.statefile.VERSION): keys reading, stall, unresponsive, probe, verdict.
+state file (check_vllm.statefile.VERSION): keys reading, previous, stall, unresponsive, unanswered,
+probe, verdict. Times are wall-clock seconds, with the boot-time clock beside them ("mono", "boot")
+where the writer had it; a file without them (an older check_vllm) still reads, on the wall clock.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from .values import Baseline, EngineReading, Footprint, Memory, Reading, Remembered, Streak
+from .values import Baseline, EngineReading, Footprint, Instant, Memory, Reading, Remembered, Streak
 
 _ENGINE_FIELDS = frozenset(EngineReading.__dataclass_fields__)
 
@@ -51,9 +52,26 @@ def _engine(raw: Any) -> EngineReading | None:
     return EngineReading(**known)
 
 
+def _instant(raw: dict[str, Any], key: str) -> Instant | None:
+    wall = finite(raw.get(key))
+    if wall is None:
+        return None
+    mono, boot = finite(raw.get("mono")), raw.get("boot")
+    if mono is None or not isinstance(boot, str) or not boot:
+        return Instant(wall)
+    return Instant(wall, mono, boot[:64])
+
+
+def _instant_json(at: Instant, key: str) -> dict[str, Any]:
+    out: dict[str, Any] = {key: at.wall}
+    if at.mono is not None and at.boot:
+        out.update(mono=at.mono, boot=at.boot)
+    return out
+
+
 def _baseline(raw: Any) -> Baseline | None:
     raw = _dict(raw)
-    at = finite(raw.get("at"))
+    at = _instant(raw, "at")
     engines_raw = raw.get("engines")
     if at is None or not isinstance(engines_raw, dict) or not engines_raw:
         return None
@@ -71,8 +89,8 @@ def _baseline(raw: Any) -> Baseline | None:
 
 def _streak(raw: Any) -> Streak | None:
     raw = _dict(raw)
-    since, count = finite(raw.get("since")), finite(raw.get("count"))
-    return Streak(since, count) if since is not None and count is not None else None
+    since, count = _instant(raw, "since"), finite(raw.get("count"))
+    return Streak(since, count) if since is not None and count is not None and count >= 0 else None
 
 
 def _footprint(raw: Any) -> Footprint | None:
@@ -100,8 +118,10 @@ def from_json(data: Any) -> Memory:
     stalls = {str(n): s for n, s in ((n, _streak(v)) for n, v in _dict(data.get("stall")).items()) if s is not None}
     return Memory(
         baseline=_baseline(data.get("reading")),
+        previous=_baseline(data.get("previous")),
         stalls=MappingProxyType(stalls),
         unresponsive=_streak(data.get("unresponsive")),
+        unanswered=_streak(data.get("unanswered")),
         probe=_footprint(data.get("probe")),
         last=remembered(data.get("verdict")),
     )
@@ -114,19 +134,27 @@ def _engine_json(e: EngineReading) -> dict[str, Any]:
     return {k: v for k, v in e.__dict__.items() if v is not None}
 
 
-def _streaks_json(streaks: Mapping[str, Streak]) -> dict[str, Any]:
-    return {n: {"since": s.since, "count": s.readings} for n, s in streaks.items()}
+def _streak_json(s: Streak) -> dict[str, Any]:
+    return {**_instant_json(s.since, "since"), "count": s.readings}
+
+
+def _baseline_json(b: Baseline) -> dict[str, Any]:
+    r = b.reading
+    return {**_instant_json(b.at, "at"), "process_start": r.process_start, "model": r.model,
+            "engines": {n: _engine_json(e) for n, e in r.engines.items()}}
 
 
 def to_json(memory: Memory) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if memory.baseline is not None:
-        r, at = memory.baseline
-        out["reading"] = {"at": at, "process_start": r.process_start, "model": r.model,
-                          "engines": {n: _engine_json(e) for n, e in r.engines.items()}}
-        out["stall"] = _streaks_json(memory.stalls)
-    if memory.unresponsive is not None:
-        out["unresponsive"] = {"since": memory.unresponsive.since, "count": memory.unresponsive.readings}
+        out["reading"] = _baseline_json(memory.baseline)
+        out["stall"] = {n: _streak_json(s) for n, s in memory.stalls.items()}
+    if memory.previous is not None:
+        out["previous"] = _baseline_json(memory.previous)
+    for key in ("unresponsive", "unanswered"):
+        streak = getattr(memory, key)
+        if streak is not None:
+            out[key] = _streak_json(streak)
     if memory.probe is not None:
         out["probe"] = memory.probe._asdict()
     if memory.last is not None:

@@ -15,11 +15,13 @@ from typing import NamedTuple
 
 import httpx
 
-from . import api
+from . import api, clock
 from .fetch import Endpoint, FetchError
-from .judge import after_probe, assess, assess_failure
-from .values import REJECTED, Failure, Memory, ProbeOutcome, Reading, Verdict
-from .vocab import NO_METRICS, PROBE, PROXY, REREAD, Options, Settings
+from .judge import assess
+from .judge_probe import after_probe
+from .judge_silence import assess_failure
+from .values import REJECTED, Failure, Instant, Memory, ProbeOutcome, Reading, Verdict
+from .vocab import NO_METRICS, PROBE, PROXY, REREAD, RUN_TIMEOUT, Options, Settings
 
 
 class Observation(NamedTuple):
@@ -37,12 +39,20 @@ class _Calls(NamedTuple):
     deadline: float
     doing: Callable[[str], None]
 
-    def left(self, cap: float) -> float:
-        return max(min(cap, self.deadline - time.monotonic()), 0.1)
+    def left(self, cap: float | None) -> float:
+        """A request's timeout: its cap, never beyond the deadline (no cap: what the deadline leaves)."""
+        room = self.deadline - time.monotonic()
+        if cap is None:
+            cap = room if math.isfinite(room) else RUN_TIMEOUT
+        return max(min(cap, room), 0.1)
 
     def metrics(self) -> Reading | Failure:
+        """Every read of a run alike: a page that is not vLLM's is followed by /v1/models for liveness."""
         self.doing("GET /metrics")
-        return api.read_metrics(self.client, self.endpoint, self.left(self.options.metrics_timeout))
+        got = api.read_metrics(self.client, self.endpoint, self.left(self.options.metrics_timeout))
+        if isinstance(got, Failure) and got.kind == NO_METRICS:
+            return self.liveness(NO_METRICS, got.detail)
+        return got
 
     def liveness(self, kind: str, detail: str) -> Failure:
         self.doing("GET /v1/models")
@@ -62,7 +72,7 @@ class _Calls(NamedTuple):
 
 def observe(
     client: httpx.Client, endpoint: Endpoint, memory: Memory, settings: Settings, options: Options, *,
-    deadline: float = math.inf, marker: float | None = None, now: Callable[[], float] = time.time,
+    deadline: float = math.inf, marker: float | None = None, now: Callable[[], Instant | float] = clock.now,
     sleep: Callable[[float], None] = time.sleep, doing: Callable[[str], None] = lambda what: None,
     may_probe: Callable[[], bool] = lambda: True,
 ) -> Observation:
@@ -77,8 +87,6 @@ def observe(
 
     got = calls.metrics()
     if isinstance(got, Failure):
-        if got.kind == NO_METRICS:
-            got = calls.liveness(NO_METRICS, got.detail)
         return Observation(assess_failure(memory, got, settings, now(), marker))
     verdict = assess(memory, got, settings, now())
 

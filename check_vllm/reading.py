@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from .safe_text import clean
 from .values import PROGRESS_FIELDS, EngineReading, Reading
 
 # sample name -> field of EngineReading. Counters keep `_total` on their samples.
@@ -81,8 +82,8 @@ def _collect(families: list[Any]) -> _Collected:
             if name == _START:
                 process_start = value
                 continue
-            engine = labels.get("engine", "")
-            model = model or labels.get("model_name", "")[:200] or None
+            engine = clean(labels.get("engine", ""), 40)
+            model = model or clean(labels.get("model_name", ""), 200) or None
             if value is None:
                 continue
             if name in _CREATED:

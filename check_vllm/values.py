@@ -53,12 +53,18 @@ class Reading:
         return sum(e.work for e in self.engines.values())
 
 
+#: Failure.models when /v1/models listed a model.
+MODELS_OK = "ok"
+
+
 class Failure(NamedTuple):
     """/metrics gave no reading (or is not to be read, in proxy mode). `kind` is the verdict word it leads to."""
 
-    kind: str  # vocab.DOWN | UNRESPONSIVE | NO_METRICS | PROXY
+    kind: str  # vocab.DOWN | UNREACHABLE | UNRESPONSIVE | NO_METRICS | PROXY
     detail: str
-    models_ok: bool | None = None  # /v1/models answered (no metrics, proxy)
+    #: How /v1/models fared when it was asked (no metrics, proxy): MODELS_OK, or DOWN / UNREACHABLE /
+    #: UNRESPONSIVE as for /metrics; None when it was not asked.
+    models: str | None = None
     model: str | None = None
 
 
@@ -67,6 +73,7 @@ ANSWERED = "answered"
 REFUSED = "refused"  # connection refused: the server is down, not stuck
 REJECTED = "rejected"  # 4xx, or no model to ask for: the server answers, the probe proves nothing
 NO_ANSWER = "no answer"  # timed out, or 5xx: proof of a stall only if a re-read shows no progress
+ENGINE_DEAD = "engine dead"  # the API server says its engine died: a restart is what it needs
 CUT_SHORT = "cut short"  # no answer within what -t left, less than --probe-timeout: proves nothing
 
 
@@ -78,19 +85,28 @@ class ProbeOutcome(NamedTuple):
     completion_tokens: float = 0.0
 
 
-# --------------------------------------------------------------------------- memory: what one run leaves the next
+# --------------------------------------------------------------------------- time and memory: what one run leaves the next
+
+
+class Instant(NamedTuple):
+    """A moment on two clocks: the wall clock (for people and the handler) and the boot-time clock of one
+    boot, which no clock step moves: elapsed time is measured on it whenever both ends have it."""
+
+    wall: float
+    mono: float | None = None
+    boot: str | None = None
 
 
 class Streak(NamedTuple):
     """A condition (no progress, no answer) that has held since `since` over `readings` readings."""
 
-    since: float
+    since: Instant
     readings: float
 
 
 class Baseline(NamedTuple):
     reading: Reading
-    at: float
+    at: Instant
 
 
 class Footprint(NamedTuple):
@@ -113,8 +129,15 @@ class Remembered(NamedTuple):
 
 class Memory(NamedTuple):
     baseline: Baseline | None = None
+    #: The baseline the current one replaced: a reading that continues it, not the current one, is a
+    #: second server behind the same URL (a load balancer), not a restart.
+    previous: Baseline | None = None
+    #: Per engine: work present and no progress.
     stalls: Mapping[str, Streak] = MappingProxyType({})
+    #: /metrics (or, with --proxy, /v1/models) did not answer.
     unresponsive: Streak | None = None
+    #: The idle probe went unanswered and nothing moved.
+    unanswered: Streak | None = None
     probe: Footprint | None = None
     last: Remembered | None = None
 

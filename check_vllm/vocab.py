@@ -27,9 +27,14 @@ UNRESPONSIVE = "unresponsive"
 NO_METRICS = "no metrics"
 PROXY = "proxy"
 STARTING = "starting"
+#: The monitoring side cannot reach the server (DNS, TLS): a restart cannot fix it, so it is UNKNOWN.
+UNREACHABLE = "unreachable"
+#: /metrics comes from more than one server process in turn: the URL is a load balancer.
+BALANCER = "balancer"
 
 #: Every word a verdict can start with; Netdata charts one dimension per word.
-WORDS = (BUSY, STALLING, STUCK, IDLE, RESTARTED, SLEEPING, DOWN, UNRESPONSIVE, NO_METRICS, PROXY, STARTING)
+WORDS = (BUSY, STALLING, STUCK, IDLE, RESTARTED, SLEEPING, DOWN, UNRESPONSIVE, NO_METRICS, PROXY, STARTING,
+         UNREACHABLE, BALANCER)
 #: Engine words, worst first: the worst engine names the whole server.
 ENGINE_RANK = (STUCK, STALLING, BUSY, IDLE, SLEEPING)
 #: Engine words that judge work present (a stall streak belongs to these).
@@ -67,7 +72,8 @@ class Options(NamedTuple):
     probe: bool = True
     model: str | None = None
     probe_timeout: float = 10.0
-    metrics_timeout: float = 10.0
+    #: Seconds for GET /metrics and /v1/models; None: whatever the run's deadline leaves (the check's -t).
+    metrics_timeout: float | None = None
     #: With no usable previous reading and work present, read again this much later.
     reread_delay: float = 3.0
     #: False where the caller reads again soon anyway (the Netdata plugin's next tick).

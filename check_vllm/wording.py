@@ -10,8 +10,13 @@ import time
 from collections.abc import Mapping
 
 from .compare import Gauges
-from .values import Reading, Streak
+from .proof import lasted
+from .safe_text import clean
+from .values import Instant, Reading, Streak
 from .vocab import STALLING, STUCK, Settings
+
+#: Beyond this many sick engines the status line names the first few and counts the rest.
+NAMED_ENGINES = 3
 
 
 def seconds(s: float) -> str:
@@ -42,35 +47,75 @@ def restarted(reading: Reading, why: str, g: Gauges, now: float) -> str:
     return f"new process{when}: {why}, new baseline; {counts(g)}"
 
 
-def engines(words: Mapping[str, str], stalls: Mapping[str, Streak], reading: Reading, now: float,
+def _need(word: str, settings: Settings) -> str:
+    return "" if word == STUCK else (
+        f" (stuck at {settings.stuck_readings} readings and {seconds(settings.stuck_seconds)})")
+
+
+def _order(name: str) -> tuple[int, str]:
+    return (int(name), "") if name.isdigit() else (1 << 30, name)
+
+
+def _stall(s: Streak, now: Instant) -> str:
+    return f"no progress for {seconds(lasted(s, now))} over {readings(s.readings)}"
+
+
+def engines(words: Mapping[str, str], stalls: Mapping[str, Streak], reading: Reading, now: Instant,
             settings: Settings) -> str:
-    """Name the engines that are not well, with how long and over how many readings."""
+    """Name the engines that are not well, with how long and over how many readings; many are summarised."""
+    sick = sorted((n for n, w in words.items() if w in (STUCK, STALLING)), key=_order)
+    if not sick:
+        return ""
+    if len(reading.engines) <= 1:
+        return f"{_stall(stalls[sick[0]], now)}{_need(words[sick[0]], settings)}; "
+    if len(sick) > NAMED_ENGINES:
+        return _many(words, sick, stalls, now, settings)
     parts = []
-    several = len(reading.engines) > 1
-    for name, word in sorted(words.items()):
-        if word not in (STUCK, STALLING):
-            continue
-        s, e = stalls[name], reading.engines[name]
-        need = "" if word == STUCK else (
-            f" (stuck at {settings.stuck_readings} readings and {seconds(settings.stuck_seconds)})")
-        where = f"engine {name} with {e.running:.0f} running, {e.waiting:.0f} waiting: " if several else ""
-        parts.append(f"{where}no progress for {seconds(now - s.since)} over {readings(s.readings)}{need}")
-    if several and parts:
-        parts.extend(f"engine {n} {w}" for n, w in sorted(words.items()) if w not in (STUCK, STALLING))
-        return "; ".join(parts) + "; total "
-    return "; ".join(parts) + ("; " if parts else "")
+    for name in sick:
+        e = reading.engines[name]
+        parts.append(f"engine {clean(name, 20)} with {e.running:.0f} running, {e.waiting:.0f} waiting: "
+                     f"{_stall(stalls[name], now)}{_need(words[name], settings)}")
+    others = sorted((n for n in words if n not in sick), key=_order)
+    if len(others) <= NAMED_ENGINES:
+        parts.extend(f"engine {clean(n, 20)} {words[n]}" for n in others)
+    else:
+        parts.append(f"{len(others)} other engines {', '.join(sorted({words[n] for n in others}))}")
+    return "; ".join(parts) + "; total "
+
+
+def _many(words: Mapping[str, str], sick: list[str], stalls: Mapping[str, Streak], now: Instant,
+          settings: Settings) -> str:
+    """'12 of 64 engines stalling: 3, 7, 9 ... and 9 more': a bounded line however many engines."""
+    worst = STUCK if any(words[n] == STUCK for n in sick) else STALLING
+    named = ", ".join(clean(n, 20) for n in sick[:NAMED_ENGINES])
+    longest = max(sick, key=lambda n: lasted(stalls[n], now))
+    return (f"{len(sick)} of {len(words)} engines {worst}: {named} ... and {len(sick) - NAMED_ENGINES} more; "
+            f"longest {_stall(stalls[longest], now)} (engine {clean(longest, 20)}){_need(worst, settings)}; total ")
 
 
 def models(model: str | None) -> str:
-    return f"/v1/models lists {model}" if model else "/v1/models answers"
+    return f"/v1/models lists {clean(model, 80)}" if model else "/v1/models answers"
 
 
-def unresponsive(detail: str, streak: Streak, now: float) -> str:
-    return f"{detail} (for {seconds(now - streak.since)}, {readings(streak.readings)} in a row)"
+def unresponsive(detail: str, streak: Streak, now: Instant) -> str:
+    return f"{detail} (for {seconds(lasted(streak, now))}, {readings(streak.readings)} in a row)"
 
 
 def starting(since_restart: float, detail: str) -> str:
     return f"restarted {seconds(since_restart)} ago, not serving yet ({detail})"
+
+
+def unreachable(detail: str) -> str:
+    return f"{detail}: the monitoring side cannot reach the server; a restart would not help"
+
+
+def balancer(evidence: str) -> str:
+    return (f"/metrics comes from more than one server process in turn (this reading continues {evidence}): "
+            "the URL looks like a load balancer; check it with --proxy, and check each backend directly")
+
+
+def engine_died(detail: str) -> str:
+    return f"engine died ({detail})"
 
 
 # --------------------------------------------------------------------------- the idle probe
@@ -100,5 +145,7 @@ def probe_unanswered_progress(g: Gauges, detail: str) -> str:
     return f"{counts(g)}; the probe got no answer ({detail}) but the engine progressed"
 
 
-def probe_unanswered_stuck(g: Gauges, detail: str) -> str:
-    return f"no progress while a 1-token probe went unanswered ({detail}); {counts(g)}"
+def probe_unanswered(g: Gauges, detail: str, streak: Streak, now: Instant, settings: Settings, stuck: bool) -> str:
+    need = "" if stuck else _need(STALLING, settings)
+    return (f"no progress while a 1-token probe went unanswered ({detail}), for {seconds(lasted(streak, now))} "
+            f"over {readings(streak.readings)}{need}; {counts(g)}")

@@ -23,11 +23,14 @@ import httpx
 
 from check_vllm.fetch import Endpoint
 from check_vllm.observe import observe
-from check_vllm.values import Memory, Reading, Verdict
+from check_vllm.values import Instant, Memory, Reading, Verdict
 from check_vllm.vocab import Options, Settings
 
 from . import charts
 from .config import Job
+
+#: The "boot" of a memory that never leaves this process: its monotonic readings always compare.
+IN_PROCESS = "in-process"
 
 
 def log(message: str) -> None:
@@ -70,6 +73,10 @@ class JobCollector:
 
     # ------------------------------------------------------------------ observation
 
+    def _now(self) -> Instant:
+        """The memory lives in this process: its monotonic clock measures elapsed time across ticks."""
+        return Instant(self.wall(), self.mono(), IN_PROCESS)
+
     def _may_probe(self) -> bool:
         """Asked by observe() only when the server is idle and a probe would prove it: at most once per probe_every."""
         if self.last_probe is not None and self.mono() - self.last_probe < self.job.probe_every:
@@ -81,7 +88,7 @@ class JobCollector:
     def observe(self) -> tuple[Verdict, Reading | None, float | None]:
         """One GET /metrics (plus, rarely, the idle probe): the verdict, the reading, the probe's seconds."""
         seen = observe(self.client, self.endpoint, self.memory, self.settings, self.options,
-                       now=self.wall, may_probe=self._may_probe)
+                       now=self._now, may_probe=self._may_probe)
         return seen.verdict, seen.reading, seen.verdict.probe_seconds
 
     # ------------------------------------------------------------------ charting

@@ -8,10 +8,10 @@ import time
 import pytest
 
 from check_vllm.simulator import Simulator
+from check_vllm.vocab import CRITICAL, OK, UNKNOWN, WARNING  # noqa: E402
 
 from .conftest import FAST
 
-OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 LABELS = {"tokens_per_second", "prompt_tokens_per_second", "steps_per_second", "running", "waiting",
           "kv_cache_usage", "stalled_seconds"}
 
@@ -183,9 +183,10 @@ def test_connection_refused_is_critical_not_unknown(run_check):
     assert "connection refused" in r.status
 
 
-def test_dns_failure_is_down(run_check):
+def test_dns_failure_is_unreachable_not_down(run_check):
+    """Issue 14: a broken resolver is the monitoring side's failure; a restart cannot fix it (UNKNOWN)."""
     r = run_check("-u", "http://no-such-host.invalid:8000", *FAST)
-    assert (r.code, r.word) == (CRITICAL, "down"), r.out
+    assert (r.code, r.word) == (UNKNOWN, "unreachable"), r.out
 
 
 def test_proxy_reads_only_models(sim: Simulator, run_check):
@@ -254,11 +255,15 @@ def test_state_file_is_private_and_versioned(sim: Simulator, run_check, tmp_path
     assert doc["data"]["verdict"]["word"] == "idle"
 
 
-def test_idle_engine_that_never_answers_the_probe_is_stuck(sim: Simulator, run_check):
+def test_idle_engine_that_never_answers_the_probe_is_stuck_only_after_the_proof(sim: Simulator, run_check):
+    """Issue 12: the first unanswered probe is a WARNING; CRITICAL needs --stuck-readings readings too."""
     sim.set_scenario("hung_idle")  # metrics say idle (a frozen engine reports nothing new), completions hang
     started = time.monotonic()
-    r = run_check("-u", sim.url, "--probe-timeout", "1.5", *FAST)
-    assert (r.code, r.word) == (CRITICAL, "stuck"), r.out
-    assert "probe went unanswered" in r.status
+    first = run_check("-u", sim.url, "--probe-timeout", "1.5", "--stuck-seconds", "0", *FAST)
+    assert (first.code, first.word) == (WARNING, "stalling"), first.out
+    assert "probe got no answer" in first.status or "probe went unanswered" in first.status, first.out
     assert time.monotonic() - started < 10
     assert len(sim.inference_requests()) == 1  # one probe, and only because the engine looked idle
+    time.sleep(0.6)
+    second = run_check("-u", sim.url, "--probe-timeout", "1.5", "--stuck-seconds", "0", *FAST)
+    assert (second.code, second.word) == (CRITICAL, "stuck"), second.out

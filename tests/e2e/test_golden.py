@@ -155,12 +155,20 @@ CASES = [
          runs=2),
     # The second reading races the simulator noticing that the timed-out probe hung up (it looks every 50 ms):
     # usually the abandoned probe still counts as 1 waiting, rarely it is gone already. Both lines are literal.
-    Case("stuck-probe-unanswered", "hung_idle", ("--probe-timeout", "1.5"), CRITICAL, tuple(
-        "VLLM CRITICAL - stuck: no progress while a 1-token probe went unanswered "
-        f"(POST /v1/completions timed out after 1.5 s); 0 running, {waiting} waiting | "
+    # An unanswered idle probe needs the same proof as any stuck (issue 12): WARNING first, CRITICAL over readings.
+    Case("stalling-probe-unanswered", "hung_idle", ("--probe-timeout", "1.5"), WARNING, tuple(
+        "VLLM WARNING - stalling: no progress while a 1-token probe went unanswered "
+        "(POST /v1/completions timed out after 1.5 s), for <N> s over 1 reading (stuck at 2 readings and 120 s); "
+        f"0 running, {waiting} waiting | "
         "kv_cache_usage=0%;;;0;100 probe_seconds=<N>s;;;0 prompt_tokens_per_second=U;;;0 running=0;;;0 "
         f"stalled_seconds=<N>s;;;0 steps_per_second=U;;;0 tokens_per_second=U;;;0 waiting={waiting};;;0"
         for waiting in (1, 0))),
+    Case("stuck-probe-unanswered", "hung_idle", ("--probe-timeout", "1.5", "--stuck-seconds", "0"), CRITICAL, tuple(
+        "VLLM CRITICAL - stuck: no progress while a 1-token probe went unanswered "
+        f"(POST /v1/completions timed out after 1.5 s), for <N> s over 2 readings; 0 running, {waiting} waiting | "
+        "kv_cache_usage=0%;;;0;100 probe_seconds=<N>s;;;0 prompt_tokens_per_second=U;;;0 running=0;;;0 "
+        f"stalled_seconds=<N>s;;;0 steps_per_second=U;;;0 tokens_per_second=U;;;0 waiting={waiting};;;0"
+        for waiting in (1, 0)), runs=2),
     # --- idle, sleeping, restarted ---------------------------------------------------------------------------
     Case("idle-probe-answered", "idle", (), OK,
          "VLLM OK - idle: probe answered in <N> s | "

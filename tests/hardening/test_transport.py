@@ -24,6 +24,7 @@ from .conftest import (
     CRITICAL,
     FAST,
     OK,
+    UNKNOWN,
     WARNING,
     Answer,
     Loopback,
@@ -55,9 +56,9 @@ def test_connection_refused_is_down(check):
     assert f"connection refused (http://127.0.0.1:{port})" in r.status
 
 
-def test_dns_failure_is_down(check):
+def test_dns_failure_is_unreachable_not_down(check):
     r = check("-u", "http://no-such-host.invalid:8000", *FAST)
-    assert (r.code, r.word) == (CRITICAL, "down"), r.out
+    assert (r.code, r.word) == (UNKNOWN, "unreachable"), r.out
     assert "DNS lookup failed" in r.status
 
 
@@ -102,12 +103,12 @@ def _tls_server(tmp: Path, sim: Simulator, **names: tuple[str, ...]) -> tuple[Lo
     return Loopback({"GET /metrics": metrics_from(sim_page(sim))}, tls=ctx), cert
 
 
-def test_tls_self_signed_without_ca_file_is_down(check, tmp_path):
+def test_tls_self_signed_without_ca_file_is_unreachable_not_down(check, tmp_path):
     with Simulator(scenario="idle") as sim:
         srv, cert = _tls_server(tmp_path, sim)
         with srv:
             r = check("-u", srv.url, *FAST)
-            assert (r.code, r.word) == (CRITICAL, "down"), r.out
+            assert (r.code, r.word) == (UNKNOWN, "unreachable"), r.out
             assert "TLS handshake failed (CERTIFICATE_VERIFY_FAILED)" in r.status
             assert srv.seen == []
             r = check("-u", srv.url, "--ca-file", str(cert), *FAST)
@@ -116,18 +117,18 @@ def test_tls_self_signed_without_ca_file_is_down(check, tmp_path):
             assert (r.code, r.word) == (OK, "idle"), r.out
 
 
-def test_tls_certificate_for_another_name_is_down(check, tmp_path):
+def test_tls_certificate_for_another_name_is_unreachable_not_down(check, tmp_path):
     with Simulator(scenario="idle") as sim:
         srv, cert = _tls_server(tmp_path, sim, names=("vllm.example.com",), ips=())
         with srv:
             r = check("-u", srv.url, "--ca-file", str(cert), *FAST)
-            assert (r.code, r.word) == (CRITICAL, "down"), r.out
+            assert (r.code, r.word) == (UNKNOWN, "unreachable"), r.out
             assert "TLS handshake failed" in r.status
 
 
-def test_https_url_on_a_plain_http_server_is_down(check, idle_page):
+def test_https_url_on_a_plain_http_server_is_unreachable_not_down(check, idle_page):
     r = check("-u", idle_page.url.replace("http:", "https:"), *FAST)
-    assert (r.code, r.word) == (CRITICAL, "down"), r.out
+    assert (r.code, r.word) == (UNKNOWN, "unreachable"), r.out
     assert "TLS handshake failed" in r.status
 
 

@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from check_vllm import memory as codec
-from check_vllm.judge import after_probe, assess
+from check_vllm.judge import assess
+from check_vllm.judge_probe import after_probe
 from check_vllm.reading import NotMetrics, parse
 from check_vllm.values import (
     ANSWERED,

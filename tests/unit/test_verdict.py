@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 
 from check_vllm import memory as codec
-from check_vllm.judge import after_probe, assess, assess_failure
+from check_vllm.judge import assess
+from check_vllm.judge_probe import after_probe
+from check_vllm.judge_silence import assess_failure
 from check_vllm.values import (
     ANSWERED,
+    MODELS_OK,
     NO_ANSWER,
     REFUSED,
     REJECTED,
@@ -17,7 +20,7 @@ from check_vllm.values import (
     ProbeOutcome,
     Reading,
 )
-from check_vllm.vocab import CRITICAL, OK, WARNING, Settings
+from check_vllm.vocab import CRITICAL, DOWN, OK, UNKNOWN, UNRESPONSIVE, WARNING, Settings
 
 S = Settings(stuck_readings=2, stuck_seconds=120.0, min_gap=2.0, max_age=3600.0)
 T0 = 1_700_000_000.0
@@ -127,11 +130,44 @@ def test_the_probe_own_footprint_is_not_progress():
     assert assess(st, reading(more), S, T0 + 60).word == "busy"
 
 
-def test_idle_probe_unanswered_and_no_progress_is_stuck():
+def test_idle_probe_unanswered_and_no_progress_is_stalling_then_stuck_over_readings_and_seconds():
+    """Issue 12: an unanswered idle probe meets the same proof as stuck under load ("wait twice")."""
     v = run([(0, reading(eng()))])[0]
-    # the re-read shows our own probe queued (running 1) and nothing moving
+    done = after_probe(v, ProbeOutcome(NO_ANSWER, 10, "timed out"), reading(eng()), S, T0 + 11)
+    assert (done.word, done.code) == ("stalling", WARNING) and "probe went unanswered" in done.text
+    # 60 s later: idle-looking again, probed again, unanswered again: 2 readings but only 71 s < 120 s
+    v2 = assess(done.memory, reading(eng()), S, T0 + 60)
+    assert (v2.word, v2.action) == ("idle", "probe")
+    done2 = after_probe(v2, ProbeOutcome(NO_ANSWER, 10, "timed out"), reading(eng()), S, T0 + 71)
+    assert (done2.word, done2.code) == ("stalling", WARNING)
+    v3 = assess(done2.memory, reading(eng()), S, T0 + 130)
+    done3 = after_probe(v3, ProbeOutcome(NO_ANSWER, 10, "timed out"), reading(eng()), S, T0 + 141)
+    assert (done3.word, done3.code) == ("stuck", CRITICAL) and "over 3 readings" in done3.text
+
+
+def test_idle_probe_streak_ends_when_a_probe_answers_or_anything_moves():
+    v = run([(0, reading(eng()))])[0]
+    first = after_probe(v, ProbeOutcome(NO_ANSWER, 10, "timed out"), reading(eng()), S, T0 + 11)
+    ok = after_probe(assess(first.memory, reading(eng()), S, T0 + 60),
+                     ProbeOutcome(ANSWERED, 0.1, prompt_tokens=2, completion_tokens=1), None, S, T0 + 60.1)
+    assert (ok.word, ok.code) == ("idle", OK) and ok.memory.unanswered is None
+    moved = assess(first.memory, reading(eng(done=11)), S, T0 + 60)
+    assert moved.memory.unanswered is None
+
+
+def test_idle_probe_seen_queued_on_the_reread_is_work_not_idle():
+    """Our own probe visible as running on the re-read: live metrics, an engine with work: stalling, not stuck."""
+    v = run([(0, reading(eng()))])[0]
     done = after_probe(v, ProbeOutcome(NO_ANSWER, 10, "timed out"), reading(eng(1, 0)), S, T0 + 11)
-    assert (done.word, done.code) == ("stuck", CRITICAL)
+    assert (done.word, done.code) == ("stalling", WARNING)
+
+
+def test_late_probe_answer_is_progress_not_stuck():
+    """Issue 14: the re-read shows exactly the probe's own work (a step, its tokens, one finished request)."""
+    v = run([(0, reading(eng()))])[0]
+    served = eng(steps=102, gen=1001, prompt=502, done=11)
+    done = after_probe(v, ProbeOutcome(NO_ANSWER, 10.3, "timed out after 10.0 s"), reading(served), S, T0 + 11)
+    assert done.code != CRITICAL and done.word == "idle" and "progressed" in done.text
 
 
 def test_idle_probe_unanswered_but_progress_is_not_stuck():
@@ -192,7 +228,7 @@ def test_too_soon_repeats_last_verdict_and_keeps_baseline():
     assert [w for w, _ in words(v)] == ["busy", "stalling", "stalling", "stalling"]
     # the quick re-runs did not count as comparisons: still 1 reading
     assert v[3].memory.stalls["0"].readings == 1
-    assert v[3].memory.baseline.at == T0 + 60
+    assert v[3].memory.baseline.at.wall == T0 + 60
 
 
 @pytest.mark.parametrize("jump", [-7200, -1, 7200])
@@ -216,10 +252,15 @@ def test_unresponsive_turns_critical_once_it_lasts():
 
 @pytest.mark.parametrize("failure,expected", [
     (Failure("down", "connection refused"), ("down", CRITICAL)),
-    (Failure("no metrics", "HTTP 404", models_ok=True, model="m"), ("no metrics", WARNING)),
-    (Failure("no metrics", "HTTP 404", models_ok=False), ("no metrics", CRITICAL)),
-    (Failure("proxy", "", models_ok=True, model="m"), ("proxy", OK)),
-    (Failure("proxy", "refused", models_ok=False), ("proxy", CRITICAL)),
+    (Failure("no metrics", "HTTP 404", models=MODELS_OK, model="m"), ("no metrics", WARNING)),
+    (Failure("no metrics", "HTTP 404", models=DOWN), ("no metrics", CRITICAL)),
+    # /v1/models did not answer: one run is no proof (issue 14: one rule for every "did not answer")
+    (Failure("no metrics", "HTTP 404", models=UNRESPONSIVE), ("no metrics", WARNING)),
+    (Failure("no metrics", "HTTP 404"), ("no metrics", WARNING)),  # /v1/models not asked: no proof at all
+    (Failure("proxy", "", models=MODELS_OK, model="m"), ("proxy", OK)),
+    (Failure("proxy", "refused", models=DOWN), ("proxy", CRITICAL)),
+    (Failure("proxy", "timed out", models=UNRESPONSIVE), ("proxy", WARNING)),
+    (Failure("unreachable", "DNS lookup failed"), ("unreachable", UNKNOWN)),
 ])
 def test_failures(failure, expected):
     v = assess_failure(Memory(), failure, S, T0)
