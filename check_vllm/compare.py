@@ -32,7 +32,7 @@ def gauges(reading: Reading) -> Gauges:
 def restart_reason(prev: Reading, cur: Reading) -> str | None:
     """Why `cur` cannot come from the process that produced `prev`, or None if it can."""
     if prev.process_start is not None and cur.process_start is not None:
-        if abs(prev.process_start - cur.process_start) > 0.5:
+        if abs(prev.process_start - cur.process_start) > 0.01:
             return "process start time changed"
     for name, c in cur.engines.items():
         p = prev.engines.get(name)

@@ -83,7 +83,7 @@ def new_process(memory: Memory, reading: Reading, why: str, settings: Settings, 
     new = keep(memory._replace(unanswered=None), reading, now)
     base, before = memory.baseline, memory.previous
     older = base is not None and base.reading.process_start is not None and reading.process_start is not None \
-        and reading.process_start < base.reading.process_start - 0.5
+        and reading.process_start < base.reading.process_start - 0.01
     gap = elapsed(before.at, now) if before is not None else None
     resumed = before is not None and gap is not None and 0 <= gap <= settings.max_age \
         and continues(before.reading, reading)
