@@ -207,7 +207,10 @@ def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | 
     judged = {n: _engine(n, base, e, memory, gap, now, allowed, settings) for n, e in reading.engines.items()}
     words = {n: w for n, (w, _) in judged.items()}
     stalls = {n: s for n, (_, s) in judged.items() if s is not None}
-    new = keep(memory, reading, now, stalls)
+    lossy = any(_lost_signals(base.reading.engines[n], e) for n, e in reading.engines.items()
+                if n in base.reading.engines)
+    # a page missing signals the baseline had is no baseline for the next run either: keep the fuller one
+    new = memory._replace(stalls=MappingProxyType(stalls)) if lossy else keep(memory, reading, now, stalls)
     rate_values = rates(base.reading, reading, gap, allowed)
     word = _top(words)
     if word == IDLE:

@@ -20,7 +20,7 @@ from .fetch import Endpoint, FetchError
 from .judge import assess
 from .judge_probe import after_probe
 from .judge_silence import assess_failure
-from .values import REJECTED, Failure, Instant, Memory, ProbeOutcome, Reading, Verdict
+from .values import CUT_SHORT, REJECTED, Failure, Instant, Memory, ProbeOutcome, Reading, Verdict
 from .vocab import NO_METRICS, PROBE, PROXY, REREAD, RUN_TIMEOUT, Options, Settings
 
 
@@ -85,13 +85,17 @@ def observe(
     if options.proxy:
         return Observation(assess_failure(memory, calls.liveness(PROXY, ""), settings, now()))
 
+    started = time.monotonic()
     got = calls.metrics()
     if isinstance(got, Failure):
         return Observation(assess_failure(memory, got, settings, now(), marker))
     verdict = assess(memory, got, settings, now())
+    # A second read is fair only with at least the time the first one took: cut shorter by -t, a slow
+    # server's late answer would read as no answer.
+    fair = time.monotonic() - started + 1.0
 
     pause = max(options.reread_delay, settings.min_gap)  # a shorter gap would prove nothing
-    if verdict.action == REREAD and options.reread and time.monotonic() + pause + 1 < deadline:
+    if verdict.action == REREAD and options.reread and time.monotonic() + pause + fair < deadline:
         doing(f"{pause:g} s between two readings")
         sleep(pause)
         again = calls.metrics()
@@ -102,6 +106,8 @@ def observe(
     if verdict.action == PROBE and options.probe and may_probe():
         outcome = calls.probe(options.model or got.model)
         probed = after_probe(verdict, outcome, None, settings, now())
+        if probed.action == REREAD and time.monotonic() + fair >= deadline:  # no fair re-read left: no proof
+            probed = after_probe(verdict, outcome._replace(kind=CUT_SHORT), None, settings, now())
         if probed.action == REREAD:
             reread = calls.metrics()
             probed = after_probe(verdict, outcome, reread, settings, now())
