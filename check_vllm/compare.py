@@ -90,6 +90,11 @@ def comparable(p: EngineReading, c: EngineReading) -> bool:
     return any(getattr(p, f) is not None and getattr(c, f) is not None for f in PROGRESS_FIELDS)
 
 
+def counted(p: EngineReading, c: EngineReading) -> bool:
+    """Is a counter present in both readings? An idle engine's work shows only in its counters."""
+    return any(getattr(p, f) is not None and getattr(c, f) is not None for f in PROGRESS_FIELDS if f != "kv_cache")
+
+
 def moved_engines(prev: Reading, cur: Reading, allowed: dict[str, float]) -> list[str]:
     return [n for n, e in cur.engines.items() if n in prev.engines and progressed(prev.engines[n], e, allowed)]
 

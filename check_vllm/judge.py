@@ -112,7 +112,7 @@ def _standing_word(prior: str | None, cur: EngineReading) -> str:
     return IDLE if prior in WORKING or prior is None else prior
 
 
-def _lost_signals(p: EngineReading, c: EngineReading) -> bool:
+def lost_signals(p: EngineReading, c: EngineReading) -> bool:
     """A page without a progress family the previous one had cannot show that family standing still."""
     return any(getattr(p, f) is not None and getattr(c, f) is None for f in PROGRESS_FIELDS)
 
@@ -130,7 +130,7 @@ def _engine(name: str, base: Baseline, cur: EngineReading, memory: Memory, gap: 
     if p is None or not comparable(p, cur):
         return BUSY, None  # an engine we have not seen, or no signal on both pages: nothing to compare
     old = memory.stalls.get(name)
-    if gap < settings.min_gap or _lost_signals(p, cur):
+    if gap < settings.min_gap or lost_signals(p, cur):
         prior = memory.last.engines.get(name) if memory.last and old else None
         word = _standing_word(prior, cur)
         return word, (old if old and word != BUSY else None)
@@ -207,7 +207,7 @@ def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | 
     judged = {n: _engine(n, base, e, memory, gap, now, allowed, settings) for n, e in reading.engines.items()}
     words = {n: w for n, (w, _) in judged.items()}
     stalls = {n: s for n, (_, s) in judged.items() if s is not None}
-    lossy = any(_lost_signals(base.reading.engines[n], e) for n, e in reading.engines.items()
+    lossy = any(lost_signals(base.reading.engines[n], e) for n, e in reading.engines.items()
                 if n in base.reading.engines)
     # a page missing signals the baseline had is no baseline for the next run either: keep the fuller one
     new = memory._replace(stalls=MappingProxyType(stalls)) if lossy else keep(memory, reading, now, stalls)
@@ -224,8 +224,8 @@ def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | 
 
 
 def _first(memory: Memory, reading: Reading, g: Gauges, now: Instant) -> Verdict:
-    """No usable baseline: nothing to compare, so no stall can be judged; read again, or prove idle."""
-    new = keep(memory, reading, now)
+    """No usable baseline: nothing to compare, so no stall can be judged, and no earlier streak continues."""
+    new = keep(memory._replace(unanswered=None), reading, now)
     if all(e.asleep for e in reading.engines.values()):
         return finish(new, SLEEPING, OK, wording.ASLEEP, g, now, engines={n: SLEEPING for n in reading.engines})
     if reading.work > 0:

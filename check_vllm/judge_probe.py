@@ -10,8 +10,8 @@ sight" counts, and it must hold over the same readings and seconds as every othe
 from __future__ import annotations
 
 from . import wording
-from .compare import gauges, moved_engines, restart_reason
-from .judge import finish, keep, new_process
+from .compare import counted, gauges, moved_engines, restart_reason
+from .judge import finish, keep, lost_signals, new_process
 from .judge_silence import assess_failure
 from .proof import extend, instant, lasted, proven
 from .values import (
@@ -80,6 +80,10 @@ def _unanswered(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failu
     why = restart_reason(base.reading, reread)
     if why:
         return new_process(memory, reread, "process changed during the probe", settings, now)
+    pairs = [(base.reading.engines[n], e) for n, e in reread.engines.items() if n in base.reading.engines]
+    if not pairs or any(lost_signals(p, e) or not counted(p, e) for p, e in pairs):
+        text = wording.probe_no_reread(f"{outcome.detail}; the second page lacked counters the first had")
+        return _amend(verdict, memory, verdict.word, WARNING, text, now, outcome)
     g = gauges(reread)
     if moved_engines(base.reading, reread, {}):  # any movement: the engine serves, the probe's own work included
         word = BUSY if reread.work > 0 else IDLE

@@ -147,7 +147,7 @@ def test_random_histories_keep_the_promises(cfg, steps, engines, identity):
             # idle without a probe: only the repeat of an idle OK verdict within --min-gap
             assert "repeated" in v.text and last_final == ("idle", OK), (last_final, v.summary)
         if final.code == CRITICAL:
-            assert final.word == "stuck" or (final.word == "down" and probe_kind == "refused"), final.status
+            assert final.word == "stuck" or (final.word == "down" and probe_kind == "refused"), final.summary
         json.dumps(codec.to_json(final.memory), allow_nan=False)  # what the state file will write
         state = codec.from_json(codec.to_json(final.memory))  # through the state file's codec, as the check does
         last_final = (final.word, final.code)
