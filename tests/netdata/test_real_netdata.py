@@ -23,7 +23,8 @@ from .agent import Agent, free_port
 pytestmark = pytest.mark.netdata
 
 CHARTS = ("state", "requests", "tokens", "steps", "kv_cache", "probe", "stalled")
-ALARMS = ("vllm_stuck", "vllm_down", "vllm_stalling", "vllm_unresponsive", "vllm_waiting_growth")
+ALARMS = ("vllm_stuck", "vllm_down", "vllm_stalling", "vllm_unresponsive", "vllm_unreachable", "vllm_balancer",
+          "vllm_waiting_growth")
 
 
 @pytest.fixture(scope="module")
