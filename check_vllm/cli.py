@@ -11,7 +11,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import __version__
+from . import __version__, statusline
 from .args import Parser, UsageError, check_url, number
 from .vocab import CODE_NAMES, OPTIONS, RUN_TIMEOUT, SETTINGS, UNKNOWN
 
@@ -28,7 +28,9 @@ verdicts (first word of the status text):
   restarted     OK        new server process: new baseline, counters of two processes never compared
   sleeping      OK        vllm:engine_sleep_state says asleep
   starting      WARNING   not serving yet, within the grace period after check_vllm_restart restarted it
-  down          CRITICAL  connection refused, DNS or TLS failure
+  down          CRITICAL  connection refused: nothing listens at the URL
+  unreachable   UNKNOWN   DNS lookup or TLS handshake failed: the monitoring side cannot reach it
+                          (resolver, CA bundle, certificate, scheme); never restarted
   unresponsive  WARNING   /metrics timed out or answered 5xx; CRITICAL once it lasts as long as stuck needs
   no metrics    WARNING   no usable /metrics; /v1/models answers (CRITICAL if it does not)
   proxy         OK/CRIT   --proxy: /v1/models only
@@ -66,17 +68,20 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--stuck-readings", type=number(int), default=SETTINGS.stuck_readings, metavar="N",
                    help="comparisons without progress before stuck (default: %(default)s)")
     d.add_argument("--stuck-seconds", type=number(float), default=SETTINGS.stuck_seconds, metavar="S",
-                   help="and wall-clock seconds without progress before stuck; 0: readings alone decide "
-                        "(default: %(default)g)")
+                   help="and wall-clock seconds without progress before stuck; 0: readings alone decide; "
+                        "less than --max-age (default: %(default)g)")
     d.add_argument("--min-gap", type=number(float), default=SETTINGS.min_gap, metavar="S",
-                   help="runs closer than this repeat the last verdict instead of comparing (default: %(default)g)")
+                   help="runs closer than this repeat the last verdict instead of comparing; less than "
+                        "--max-age (default: %(default)g)")
     d.add_argument("--reread-delay", type=number(float), default=OPTIONS.reread_delay, metavar="S",
-                   help="with no previous reading and work present, read again after S seconds (default: %(default)g)")
+                   help="with no previous reading and work present, read again after S seconds; less than "
+                        "--max-age (default: %(default)g)")
     d.add_argument("--start-grace", type=number(float), default=SETTINGS.start_grace, metavar="S",
                    help="after check_vllm_restart restarted the server, down/unresponsive/no metrics read as "
                         "starting (WARNING) for S seconds (default: %(default)g)")
     d.add_argument("--max-age", type=number(float), default=SETTINGS.max_age, metavar="S",
-                   help="a previous reading older than this is no baseline (default: %(default)g)")
+                   help="a previous reading older than this is no baseline; must be longer than the check "
+                        "interval and than --stuck-seconds, --min-gap and --reread-delay (default: %(default)g)")
     pr = p.add_argument_group("idle probe")
     pr.add_argument("--probe-timeout", type=number(float), default=OPTIONS.probe_timeout, metavar="S",
                     help="seconds the 1-token completion may take when idle (default: %(default)g)")
@@ -103,6 +108,15 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError("--stuck-readings must be at least 1")
     if args.timeout < 2:
         raise UsageError("--timeout must be at least 2 seconds")
+    # A stall is measured against a previous reading: one that --max-age already throws away can never
+    # prove it, nor can a gap or a re-read that takes longer than a reading is kept.
+    for option, value in (("--stuck-seconds", args.stuck_seconds), ("--min-gap", args.min_gap),
+                          ("--reread-delay", args.reread_delay)):
+        if not args.max_age > value:
+            which = (f"{option} {value:g} must be less than --max-age {args.max_age:g}"
+                     if args.max_age == SETTINGS.max_age else
+                     f"--max-age {args.max_age:g} must be longer than {option} {value:g}")
+            raise UsageError(f"{which}: a reading older than --max-age is no baseline")
     from nagiosplugin import Range
 
     for opt in ("waiting_warning", "waiting_critical", "kv_warning", "kv_critical"):
@@ -138,12 +152,13 @@ def _api_key(args: argparse.Namespace) -> str | None:
 
 
 def _unknown(message: str) -> NoReturn:
-    print(f"VLLM {CODE_NAMES[UNKNOWN]} - {message}")
+    print(f"VLLM {CODE_NAMES[UNKNOWN]} - {statusline.fit(message)}")
     sys.exit(UNKNOWN)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
     started = time.monotonic()
+    statusline.prepare()  # LC_ALL=C or PYTHONIOENCODING=ascii: a model id in another script must not crash the output
     try:
         args = parser().parse_args(argv)
         _validate(args)

@@ -1,13 +1,16 @@
 """All of the check's HTTP: one httpx client, hard time and size limits, typed errors.
 
 Every failure becomes a FetchError whose `kind` the verdict understands ("down" for a server
-that cannot be reached at all, "timeout" and "protocol" for one that does not answer properly)
-and whose message an operator can act on. Nothing here raises anything else.
+where nothing listens, "unreachable" when the monitoring side cannot get to it at all (DNS, TLS),
+"timeout" and "protocol" for one that does not answer properly) and whose message an operator can
+act on. What a detail quotes from the server or the network is cleaned and capped. Nothing here
+raises anything else.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 import time
 import zlib
@@ -16,13 +19,16 @@ from typing import Any, NamedTuple
 
 import httpx
 
+from .safe_text import clean
+
 DEFAULT_MAX_BYTES = 8 << 20  # a real /metrics page is ~55 KB; 8 data-parallel engines ~0.5 MB
 
 
 class FetchError(Exception):
     def __init__(self, kind: str, detail: str, status: int | None = None) -> None:
         super().__init__(detail)
-        self.kind = kind  # "down" | "timeout" | "protocol" | "status" | "too large" | "redirect" | "encoding"
+        # "down" | "unreachable" | "timeout" | "protocol" | "status" | "too large" | "redirect" | "encoding"
+        self.kind = kind
         self.detail = detail
         self.status = status
 
@@ -33,6 +39,7 @@ class Response(NamedTuple):
     content_type: str
     seconds: float
     sent: int  # request bytes, for the bench
+    redirects: int = 0  # redirects followed to get here
 
     def json(self) -> Any:
         try:
@@ -72,20 +79,26 @@ class Endpoint(NamedTuple):
         )
 
 
-def _why_connect_failed(err: Exception) -> str:
-    text = str(err)
+def _why_connect_failed(err: Exception) -> tuple[str, str]:
+    """(kind, detail) for a connection that was never made. Refused means nothing listens there:
+    "down". A name that does not resolve or a TLS handshake that fails is the monitoring side's
+    problem (resolver, CA bundle, scheme, certificate): "unreachable", which no restart can cure."""
     chain: BaseException | None = err
     while chain is not None:
         if isinstance(chain, ssl.SSLError):
             reason = getattr(chain, "reason", None) or chain.__class__.__name__
-            return f"TLS handshake failed ({reason})"
+            return "unreachable", f"TLS handshake failed ({clean(str(reason), 60)})"
+        if isinstance(chain, socket.gaierror):
+            why = chain.strerror or str(chain)
+            return "unreachable", f"DNS lookup failed ({clean(why, 80)})" if why else "DNS lookup failed"
         chain = chain.__cause__ or chain.__context__
+    text = str(err)
     low = text.lower()
     if "name or service not known" in low or "name resolution" in low or "nodename" in low or "no address" in low:
-        return "DNS lookup failed"
+        return "unreachable", "DNS lookup failed"
     if "refused" in low:
-        return "connection refused"
-    return f"cannot connect ({text or err.__class__.__name__})"
+        return "down", "connection refused"
+    return "down", f"cannot connect ({clean(text or err.__class__.__name__, 160)})"
 
 
 def _decoded(resp: httpx.Response, where: str, cap: int) -> Iterator[bytes]:
@@ -96,11 +109,13 @@ def _decoded(resp: httpx.Response, where: str, cap: int) -> Iterator[bytes]:
         yield from resp.iter_raw()
         return
     if encoding not in ("gzip", "x-gzip", "deflate"):
-        raise FetchError("encoding", f"{where} sent Content-Encoding {encoding[:40]!r}, which was not asked for",
+        raise FetchError("encoding", f"{where} sent Content-Encoding '{clean(encoding, 40)}', which was not asked for",
                          resp.status_code)
     inflate = zlib.decompressobj(47)  # 32 + 15: a gzip or zlib header, detected
+    received = 0
     try:
         for raw in resp.iter_raw(16384):
+            received += len(raw)
             data = inflate.decompress(raw, cap + 1)
             while True:
                 yield data
@@ -110,6 +125,11 @@ def _decoded(resp: httpx.Response, where: str, cap: int) -> Iterator[bytes]:
         yield inflate.flush()
     except zlib.error:
         raise FetchError("protocol", f"{where} sent an undecodable body", resp.status_code) from None
+    # A compressed stream carries its own end (and gzip a length and CRC): HTTP framing that matches
+    # the bytes sent proves nothing when the sender cut the stream before it. Half a page is no reading.
+    if received and not inflate.eof:
+        raise FetchError("protocol", f"{where} sent a compressed body that ends early "
+                                     f"({received} bytes, the {encoding} stream is cut short)", resp.status_code)
 
 
 def request(
@@ -142,13 +162,13 @@ def request(
             data = b"".join(chunks)
             sent = len(content or b"") + len(method) + len(path) + 100
             return Response(resp.status_code, data, resp.headers.get("content-type", ""),
-                            time.monotonic() - started, sent)
+                            time.monotonic() - started, sent, len(resp.history))
     except FetchError:
         raise
     except httpx.ConnectTimeout:
         raise FetchError("timeout", f"{where}: no connection within {min(endpoint.connect_timeout, timeout):.1f} s") from None
     except httpx.ConnectError as err:
-        raise FetchError("down", _why_connect_failed(err)) from None
+        raise FetchError(*_why_connect_failed(err)) from None
     except httpx.TimeoutException:
         raise FetchError("timeout", f"{where} timed out after {timeout:.1f} s") from None
     except httpx.TooManyRedirects:
@@ -156,10 +176,10 @@ def request(
     except httpx.DecodingError:
         raise FetchError("protocol", f"{where} sent an undecodable body") from None
     except httpx.UnsupportedProtocol as err:  # the URL was checked: only a redirect gets here
-        raise FetchError("redirect", f"{where}: redirected off http(s): {err}") from None
+        raise FetchError("redirect", f"{where}: redirected off http(s): {clean(str(err), 160)}") from None
     except (httpx.HTTPError, httpx.InvalidURL, ssl.SSLError, OSError, ValueError) as err:
         detail = str(err) or err.__class__.__name__
         if "refused" in detail.lower():
             raise FetchError("down", "connection refused") from None
-        raise FetchError("protocol", f"{where}: {detail[:200]}") from None
+        raise FetchError("protocol", f"{where}: {clean(detail, 200)}") from None
 

@@ -10,11 +10,11 @@ from typing import Any, NamedTuple
 import nagiosplugin
 from nagiosplugin.performance import Performance
 
-from . import memory
+from . import memory, statusline
 from .fetch import Endpoint
 from .observe import observe
-from .statefile import StateBusy, StateError, check_file, marker_path, read_marker
-from .values import Verdict
+from .statefile import StateBusy, StateError, check_file, load_marker, marker_path
+from .values import Memory, Verdict
 from .vocab import CRITICAL, LOCK_TIMEOUT, OK, UNKNOWN, WARNING, Options, Settings
 
 _STATES = {OK: nagiosplugin.Ok, WARNING: nagiosplugin.Warn, CRITICAL: nagiosplugin.Critical,
@@ -58,6 +58,14 @@ class Run(NamedTuple):
     doing: Callable[[str], None] = lambda what: None
 
 
+def recall(saved: dict[str, Any], note: str | None) -> tuple[Memory, str | None]:
+    """The memory in a loaded state file; a file whose content cannot be used is a fresh start, never a crash."""
+    try:
+        return memory.from_json(saved), note
+    except Exception as err:  # noqa: BLE001 - any content a file can hold must cost a baseline, not the run
+        return memory.from_json({}), f"state file corrupt ({err.__class__.__name__}); starting a new baseline"
+
+
 class Server(nagiosplugin.Resource):
     """Observes one vLLM server and carries the state file across the observation."""
 
@@ -83,10 +91,11 @@ class Server(nagiosplugin.Resource):
             unsaved = f"state not saved: {err}"
         try:
             saved, note = store.load()
-            self.state_note = note or ""
-            marker = read_marker(marker_path(run.state_dir, run.endpoint.url))
+            remembered, note = recall(saved, note)
+            marker, marker_note = load_marker(marker_path(run.state_dir, run.endpoint.url))
+            self.state_note = "; ".join(filter(None, (note, marker_note)))
             with run.endpoint.client() as client:
-                verdict = observe(client, run.endpoint, memory.from_json(saved), run.settings, run.options,
+                verdict = observe(client, run.endpoint, remembered, run.settings, run.options,
                                   deadline=run.deadline, marker=marker, doing=run.doing).verdict
             run.doing("writing the state file")
             if not unsaved:
@@ -159,36 +168,56 @@ class StateFileContext(nagiosplugin.Context):
         return nagiosplugin.Result(state, metric.value or None, metric)
 
 
+#: Long output (-v) names at most this many engines.
+VERBOSE_ENGINES = 64
+
+
 class VerdictSummary(nagiosplugin.Summary):
-    """The verdict word always leads; threshold breaches and state-file notes follow."""
+    """The verdict word always leads; threshold breaches and state-file notes follow.
+
+    Whatever the parts hold, the text comes out as one clean line that leaves the perfdata room
+    (check_vllm.statusline): this is the last place server-written text passes before stdout.
+    """
+
+    def __init__(self) -> None:
+        self.check: nagiosplugin.Check | None = None  # set by build(): its perfdata shares the line
+
+    def _fit(self, text: str) -> str:
+        perfdata = " ".join(self.check.perfdata) if self.check is not None else ""
+        return statusline.fit(text, statusline.text_budget("VLLM CRITICAL - ", f"| {perfdata}" if perfdata else ""))
 
     def _line(self, results: nagiosplugin.Results) -> str:
         head = results["verdict"].hint
         extra = [r.hint for r in results if r.metric and r.metric.name != "verdict" and r.hint]
-        return "; ".join([head, *extra])
+        return self._fit("; ".join([head, *extra]))
 
     def ok(self, results: nagiosplugin.Results) -> str:
         return self._line(results)
 
     def problem(self, results: nagiosplugin.Results) -> str:
         if "verdict" not in results:  # a CheckError (e.g. the state lock) produced no verdict
-            return "; ".join(r.hint for r in results if r.hint)
+            return self._fit("; ".join(r.hint for r in results if r.hint))
         return self._line(results)
 
     def verbose(self, results: nagiosplugin.Results) -> list[str]:
         if "verdict" not in results:
             return []
         verdict: Verdict = results["verdict"].metric.value
-        lines = [f"engine {name or '(unlabelled)'}: {word}" for name, word in sorted(verdict.engines.items())]
+        named = sorted(verdict.engines.items())
+        lines = [statusline.fit(f"engine {name or '(unlabelled)'}: {word}", 200) for name, word in named[:VERBOSE_ENGINES]]
+        if len(named) > VERBOSE_ENGINES:
+            lines.append(f"... and {len(named) - VERBOSE_ENGINES} more engines")
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
         return [*lines, f"checked at {stamp}"]
 
 
 def build(run: Run, waiting: tuple[str | None, str | None], kv: tuple[str | None, str | None]) -> nagiosplugin.Check:
+    summary = VerdictSummary()
     check = nagiosplugin.Check(
         Server(run), VerdictContext(), PerfContext(), StateFileContext(),
         ThresholdContext("waiting", *waiting), ThresholdContext("kv_cache_usage", *kv),
-        VerdictSummary(),
+        summary,
     )
     check.name = "VLLM"
+    summary.check = check
     return check

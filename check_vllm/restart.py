@@ -15,18 +15,21 @@ Exit codes: 0 when it decided (acting or not), 1 when the restart command failed
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import __version__, memory
+from . import __version__, memory, statusline
 from .args import Parser, UsageError, check_url, number
 from .restart_policy import HOUR, Decision, Event, Policy, decide, screen
 from .statefile import StateError, StateFile, check_file, default_dir, marker_path, target_key, write_json
+from .values import Remembered
 from .vocab import CODE_NAMES, LOCK_TIMEOUT
 
 PROG = "check_vllm_restart"
@@ -49,11 +52,58 @@ def history_path(state_dir: Path, url: str) -> Path:
     return m.with_name(m.name.replace(".restart.json", ".restart-history.json"))
 
 
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        out = float(value)
+    except OverflowError:
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _entry(raw: Any) -> dict[str, Any] | None:
+    """One restart of the history rebuilt from the fields it uses, each of the right type; None when it
+    has no usable time. What is saved back is then always valid, whatever the file held."""
+    if not isinstance(raw, dict):
+        return None
+    at = _number(raw.get("at"))
+    if at is None:
+        return None
+    rc = raw.get("rc")
+    entry: dict[str, Any] = {
+        "at": at,
+        "verdict": raw["verdict"][:40] if isinstance(raw.get("verdict"), str) else None,
+        "command": raw["command"][:200] if isinstance(raw.get("command"), str) else "",
+        "rc": rc if isinstance(rc, int) and not isinstance(rc, bool) and abs(rc) < 1 << 31 else None,
+    }
+    for key in ("seconds", "done"):
+        value = _number(raw.get(key))
+        if value is not None:
+            entry[key] = value
+    return entry
+
+
 def load_history(store: StateFile) -> tuple[list[dict[str, Any]], str | None]:
+    """The restarts on record, each valid, and what was wrong with the file when part or all of it could
+    not be used (the handler still decides, on what is left)."""
     data, problem = store.load()
     raw = data.get("restarts")
-    entries: list[Any] = raw if isinstance(raw, list) else []
-    return [e for e in entries if isinstance(e, dict) and memory.finite(e.get("at")) is not None], problem
+    if problem is None and data and not isinstance(raw, list):
+        problem = f"{store.what} corrupt; {store.fresh}"
+    listed: list[Any] = raw if isinstance(raw, list) else []
+    entries = [e for e in map(_entry, listed) if e is not None]
+    if problem is None and len(entries) < len(listed):
+        problem = f"{len(listed) - len(entries)} unusable {store.what} entries dropped"
+    return entries[-HISTORY_KEEP:], problem
+
+
+def last_verdict(data: dict[str, Any], problem: str | None) -> tuple[Remembered | None, str | None]:
+    """The check's last verdict in its loaded state; content the codec cannot use is no verdict."""
+    try:
+        return memory.from_json(data).last, problem
+    except Exception as err:  # noqa: BLE001 - whatever the file holds, the handler still decides and logs
+        return None, f"state file corrupt ({err.__class__.__name__}); starting a new baseline"
 
 
 def run_command(argv: list[str], timeout: float) -> tuple[int | None, str]:
@@ -145,7 +195,10 @@ class Logger:
         where = f" {event.service_state} {event.state_type}" if event else ""
         if event and event.attempt is not None:
             where += f" attempt {event.attempt}"
-        line = f"{stamp} {PROG}[{os.getpid()}] {self.url}{where}: {decision}: {why}"
+        # One line, whatever the state file's verdict text or the command's output held.
+        line = statusline.fit(f"{stamp} {PROG}[{os.getpid()}] {self.url}{where}: {decision}: {why}", 4000, "utf-8",
+                              pipe=False)
+        line = line.encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates from JSON
         print(line, flush=True)
         if self.log_file:
             try:
@@ -167,7 +220,8 @@ def handle(args: argparse.Namespace, event: Event, command: list[str], log: Logg
     if early is not None:
         log("no restart", early.why, event)
         return 0
-    history = StateFile(history_path(state_dir, url), target_key(url, "restart-history"), args.lock_timeout)
+    history = StateFile(history_path(state_dir, url), target_key(url, "restart-history"), args.lock_timeout,
+                        what="restart history", fresh="starting afresh")
     try:
         history.lock()
     except StateError as err:
@@ -175,15 +229,15 @@ def handle(args: argparse.Namespace, event: Event, command: list[str], log: Logg
         return 0
     try:
         data, problem = check_file(state_dir, url, args.proxy).load()
-        verdict = memory.from_json(data).last
+        verdict, problem = last_verdict(data, problem)
         entries, hist_problem = load_history(history)
         # A restart counts from when its command finished (if it did): a verdict written while the old
         # process was being stopped is still a verdict about the old process.
-        times = [max(float(e["at"]), memory.finite(e.get("done")) or 0.0) for e in entries]
+        times = [max(e["at"], e.get("done", 0.0)) for e in entries]
         now = clock()
         decision = decide(event, verdict, problem, times, policy, now)
-        if hist_problem and not decision.act:
-            decision = Decision(False, f"{decision.why}; restart history: {hist_problem}", decision.kind)
+        if hist_problem:  # said whether or not it acts: the guards decided on what was left of the history
+            decision = Decision(decision.act, f"{decision.why}; {hist_problem}", decision.kind)
         if not decision.act:
             log("no restart" if decision.kind == "skip" else "restart refused", decision.why, event)
             return 0
@@ -241,6 +295,7 @@ def _restart(args: argparse.Namespace, event: Event, command: list[str], log: Lo
 
 def main(argv: list[str] | None = None) -> NoReturn:
     argv = list(sys.argv[1:] if argv is None else argv)
+    statusline.prepare()
     try:
         args, event, command = _parse(argv)
     except UsageError as err:
@@ -252,6 +307,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
     try:
         sys.exit(handle(args, event, command, log))
     except KeyboardInterrupt:
+        sys.exit(1)
+    except Exception as err:  # noqa: BLE001 - a bug must still leave its one decision line in the log
+        traceback.print_exc(file=sys.stderr)
+        log("no restart", f"internal error: {err.__class__.__name__}: {err}", event)
         sys.exit(1)
 
 

@@ -12,6 +12,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import sysconfig
 import threading
 import time
@@ -34,7 +35,8 @@ CHECK = str(_SCRIPT) if _SCRIPT.exists() else (shutil.which("check_vllm") or "")
 
 __all__ = ["CHECK", "FAST", "Loopback", "Outcome", "RawServer", "sane", "sim_page"]
 
-OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
+from check_vllm.vocab import CRITICAL, OK, UNKNOWN, WARNING  # noqa: E402  (one owner for the codes)
+
 STATUS = re.compile(r"^VLLM (OK|WARNING|CRITICAL|UNKNOWN) - \S")
 #: Far more than any honest status line; bounds what one run may print.
 MAX_OUTPUT = 4096
@@ -319,3 +321,44 @@ def stuck_sim() -> Iterator[Simulator]:
 
 def has(tool: str) -> bool:
     return shutil.which(tool) is not None
+
+
+# --------------------------------------------------------------------------- the restart handler, run strictly
+
+_RESTART_SCRIPT = Path(sysconfig.get_path("scripts")) / "check_vllm_restart"
+RESTART = str(_RESTART_SCRIPT) if _RESTART_SCRIPT.exists() else (shutil.which("check_vllm_restart") or "")
+
+
+@dataclass
+class Handled:
+    """A check_vllm_restart call: exit code, stdout (its decision line), stderr, and how often the command ran."""
+
+    code: int
+    out: str
+    err: str
+    restarts: int
+
+    @property
+    def line(self) -> str:
+        return self.out.rstrip("\n")
+
+
+@pytest.fixture
+def restart(tmp_path: Path) -> Callable[..., Handled]:
+    """Run the installed handler like an event handler does, with a command that only counts its runs.
+    Whatever it was fed: no traceback, exactly one decision line on stdout."""
+    assert RESTART, "check_vllm_restart is not installed (pip install -e .)"
+    counter = tmp_path / "restarts.txt"
+    command = [sys.executable, "-c", f"open({str(counter)!r}, 'a').write('restart\\n')"]
+
+    def run(url: str, *extra: str, state: str = "CRITICAL", state_type: str = "HARD",
+            state_dir: Path | None = None, env: dict[str, str] | None = None) -> Handled:
+        argv = [RESTART, "--state", state, "--state-type", state_type, "--attempt", "3", "--url", url,
+                "--state-dir", str(state_dir or tmp_path / "state"), *extra, "--", *command]
+        code, out, err, _ = spawn(argv, env={**os.environ, **(env or {})})
+        assert "Traceback" not in out and "Traceback" not in err, err
+        assert len(out.splitlines()) == 1 and out.endswith("\n"), f"not one decision line: {out!r} / {err!r}"
+        runs = len(counter.read_text().splitlines()) if counter.exists() else 0
+        return Handled(code, out, err, runs)
+
+    return run
