@@ -40,9 +40,13 @@ def _silent(memory: Memory, word: str, detail: str, settings: Settings, now: Ins
                   None, now, stalled=lasted(streak, now))
 
 
-def _starting(marker: float | None, now: Instant, settings: Settings) -> float | None:
-    """Seconds since check_vllm_restart restarted the server, within the start-up grace; else None."""
+def _starting(marker: float | None, memory: Memory, now: Instant, settings: Settings) -> float | None:
+    """Seconds since check_vllm_restart restarted the server, within the start-up grace, and only until
+    the check has seen the restarted server serve: one that dies again after that is down, not starting."""
     if marker is None:
+        return None
+    served = memory.baseline is not None and memory.baseline.at.wall > marker
+    if served:
         return None
     since = now.wall - marker
     return since if 0.0 <= since <= settings.start_grace else None
@@ -64,7 +68,7 @@ def assess_failure(memory: Memory, failure: Failure, settings: Settings, now: In
         if streaking:
             return _silent(memory, PROXY, f"/v1/models failed: {detail}", settings, now)
         return finish(memory, PROXY, CRITICAL, f"/v1/models failed: {detail}", None, now)
-    since = _starting(restart_marker, now, settings)
+    since = _starting(restart_marker, memory, now, settings)
     if since is not None and kind in (DOWN, UNRESPONSIVE, NO_METRICS):
         return finish(memory, STARTING, WARNING, wording.starting(since, detail), None, now)
     if kind == DOWN:

@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 from . import __version__, memory, statusline
 from .args import Parser, UsageError, check_url, number
 from .restart_policy import HOUR, Decision, Event, Policy, decide, screen
-from .statefile import StateError, StateFile, check_file, default_dir, marker_path, target_key, write_json
+from .statefile import StateBusy, StateError, StateFile, check_file, default_dir, marker_path, target_key, write_json
 from .values import Remembered
 from .vocab import CODE_NAMES, LOCK_TIMEOUT
 
@@ -225,7 +225,8 @@ def handle(args: argparse.Namespace, event: Event, command: list[str], log: Logg
     try:
         history.lock()
     except StateError as err:
-        log("no restart", f"another {PROG} call holds the restart lock for this server ({err})", event)
+        why = f"waited {args.lock_timeout:g} s" if isinstance(err, StateBusy) else str(err)
+        log("no restart", f"another {PROG} call holds the restart lock for this server ({why})", event)
         return 0
     try:
         data, problem = check_file(state_dir, url, args.proxy).load()

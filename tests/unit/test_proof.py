@@ -208,3 +208,13 @@ def test_sixty_four_engines_with_twelve_stalling_are_summarised():
     assert (v.word, v.code) == ("stalling", WARNING)
     assert v.text.startswith("12 of 64 engines stalling: 3, 8, 13 ... and 9 more"), v.text
     assert len(v.text) < 400, len(v.text)
+
+
+def test_starting_lasts_only_until_the_restarted_server_was_seen_serving():
+    """Issue 10 (found by the incident tier): a server that serves after a restart and dies again is down."""
+    marker = T0 + 100.0
+    before = assess_failure(Memory(), Failure(DOWN, "connection refused"), SLOW, at(110), restart_marker=marker)
+    assert (before.word, before.code) == ("starting", WARNING)
+    served = assess(before.memory, frozen(start=T0 + 120), SLOW, at(130))
+    again = assess_failure(served.memory, Failure(DOWN, "connection refused"), SLOW, at(140), restart_marker=marker)
+    assert (again.word, again.code) == ("down", CRITICAL)
