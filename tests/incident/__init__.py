@@ -1,0 +1,1 @@
+"""The incident tier (tox -e incident): see conftest.py."""
