@@ -15,7 +15,6 @@ Exit codes: 0 when it decided (acting or not), 1 when the restart command failed
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ from typing import Any, NoReturn
 
 from . import __version__, memory, statusline
 from .args import Parser, UsageError, check_url, number
+from .restart_history import HISTORY_KEEP, history_path, load_history
 from .restart_policy import HOUR, Decision, Event, Policy, decide, screen
 from .statefile import StateBusy, StateError, StateFile, check_file, default_dir, marker_path, target_key, write_json
 from .values import Remembered
@@ -34,7 +34,6 @@ from .vocab import CODE_NAMES, LOCK_TIMEOUT
 
 PROG = "check_vllm_restart"
 
-HISTORY_KEEP = 100
 #: Seconds before a restart command that has not finished is killed.
 COMMAND_TIMEOUT = 600.0
 DEFAULT = Policy()
@@ -45,57 +44,6 @@ _TYPES = {"0": "SOFT", "1": "HARD", "SOFT": "SOFT", "HARD": "HARD"}
 
 
 # --------------------------------------------------------------------------- files
-
-
-def history_path(state_dir: Path, url: str) -> Path:
-    m = marker_path(state_dir, url)
-    return m.with_name(m.name.replace(".restart.json", ".restart-history.json"))
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        out = float(value)
-    except OverflowError:
-        return None
-    return out if math.isfinite(out) else None
-
-
-def _entry(raw: Any) -> dict[str, Any] | None:
-    """One restart of the history rebuilt from the fields it uses, each of the right type; None when it
-    has no usable time. What is saved back is then always valid, whatever the file held."""
-    if not isinstance(raw, dict):
-        return None
-    at = _number(raw.get("at"))
-    if at is None:
-        return None
-    rc = raw.get("rc")
-    entry: dict[str, Any] = {
-        "at": at,
-        "verdict": raw["verdict"][:40] if isinstance(raw.get("verdict"), str) else None,
-        "command": raw["command"][:200] if isinstance(raw.get("command"), str) else "",
-        "rc": rc if isinstance(rc, int) and not isinstance(rc, bool) and abs(rc) < 1 << 31 else None,
-    }
-    for key in ("seconds", "done"):
-        value = _number(raw.get(key))
-        if value is not None:
-            entry[key] = value
-    return entry
-
-
-def load_history(store: StateFile) -> tuple[list[dict[str, Any]], str | None]:
-    """The restarts on record, each valid, and what was wrong with the file when part or all of it could
-    not be used (the handler still decides, on what is left)."""
-    data, problem = store.load()
-    raw = data.get("restarts")
-    if problem is None and data and not isinstance(raw, list):
-        problem = f"{store.what} corrupt; {store.fresh}"
-    listed: list[Any] = raw if isinstance(raw, list) else []
-    entries = [e for e in map(_entry, listed) if e is not None]
-    if problem is None and len(entries) < len(listed):
-        problem = f"{len(listed) - len(entries)} unusable {store.what} entries dropped"
-    return entries[-HISTORY_KEEP:], problem
 
 
 def last_verdict(data: dict[str, Any], problem: str | None) -> tuple[Remembered | None, str | None]:

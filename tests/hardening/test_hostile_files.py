@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from check_vllm.restart import history_path
+from check_vllm.restart_history import history_path
 from check_vllm.simulator import Simulator
 from check_vllm.statefile import marker_path, state_path
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from check_vllm.memory import remembered
-from check_vllm.restart import history_path
+from check_vllm.restart_history import history_path
 from check_vllm.restart_policy import Event, Policy, decide
 from check_vllm.statefile import StateFile, check_file, marker_path, read_marker, state_path, target_key
 
