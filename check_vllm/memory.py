@@ -3,8 +3,10 @@
 A piece that is missing, hand-edited or from a foreign file comes back as None (or empty): the run
 then takes a new baseline for that piece instead of guessing. The JSON shape is version 1 of the
 state file (check_vllm.statefile.VERSION): keys reading, previous, stall, unresponsive, unanswered,
-probe, verdict. Times are wall-clock seconds, with the boot-time clock beside them ("mono", "boot")
-where the writer had it; a file without them (an older check_vllm) still reads, on the wall clock.
+probe, verdict, whole_page. Keys are only ever added: a reader ignores the keys it does not know, and
+a key it misses reads as "nothing known", so files of older and newer check_vllm read both ways.
+Times are wall-clock seconds, with the boot-time clock beside them ("mono", "boot") where the writer
+had it; a file without them (an older check_vllm) still reads, on the wall clock.
 """
 
 from __future__ import annotations
@@ -124,6 +126,7 @@ def from_json(data: Any) -> Memory:
         unanswered=_streak(data.get("unanswered")),
         probe=_footprint(data.get("probe")),
         last=remembered(data.get("verdict")),
+        whole_page=_instant(_dict(data.get("whole_page")), "since"),
     )
 
 
@@ -157,6 +160,8 @@ def to_json(memory: Memory) -> dict[str, Any]:
             out[key] = _streak_json(streak)
     if memory.probe is not None:
         out["probe"] = memory.probe._asdict()
+    if memory.whole_page is not None:
+        out["whole_page"] = _instant_json(memory.whole_page, "since")
     if memory.last is not None:
         last = memory.last
         out["verdict"] = {"word": last.word, "state": last.code, "text": last.text, "at": last.at,

@@ -4,6 +4,11 @@ Shared by the check (one call per run) and the Netdata collector (one call per t
 only sequences calls against the deadline: what to do next is the verdict's `action`, decided by the
 judge; each request gets a timeout cut to what is left of the caller's deadline, so a slow server
 earns a specific verdict ("unresponsive") instead of the caller's blunt time-out.
+
+Each read asks for the restricted /metrics page (check_vllm.api). A server whose restricted page fails
+where the whole page works is read by the whole page from then on (the memory says since when; the
+run that found out re-reads at once and loses nothing), and asked the restricted page again after
+RESTRICTED_RETRY: a server may be upgraded.
 """
 
 from __future__ import annotations
@@ -18,8 +23,7 @@ import httpx
 from . import api, clock
 from .fetch import Endpoint, FetchError
 from .judge import assess
-from .judge_probe import after_probe
-from .judge_silence import assess_failure
+from .proof import elapsed, instant
 from .values import CUT_SHORT, REJECTED, Failure, Instant, Memory, ProbeOutcome, Reading, Verdict
 from .vocab import NO_METRICS, PROBE, PROXY, REREAD, RUN_TIMEOUT, Options, Settings
 
@@ -30,14 +34,19 @@ class Observation(NamedTuple):
     reading: Reading | None = None
 
 
-class _Calls(NamedTuple):
-    """The server's calls, each with its timeout cut to the deadline."""
+#: Seconds a server that failed the restricted read is read by its whole page before it is asked again.
+RESTRICTED_RETRY = 3600.0
 
-    client: httpx.Client
-    endpoint: Endpoint
-    options: Options
-    deadline: float
-    doing: Callable[[str], None]
+
+class _Calls:
+    """The server's calls, each with its timeout cut to the deadline; which /metrics page to ask for."""
+
+    def __init__(self, client: httpx.Client, endpoint: Endpoint, options: Options, deadline: float,
+                 doing: Callable[[str], None], now: Callable[[], Instant | float], whole_page: Instant | None) -> None:
+        self.client, self.endpoint, self.options, self.deadline = client, endpoint, options, deadline
+        self.doing, self.now = doing, now
+        #: Since when this server is read by its whole page (None: the restricted one); the memory carries it.
+        self.whole_page = whole_page
 
     def left(self, cap: float | None) -> float:
         """A request's timeout: its cap, never beyond the deadline (no cap: what the deadline leaves)."""
@@ -46,10 +55,27 @@ class _Calls(NamedTuple):
             cap = room if math.isfinite(room) else RUN_TIMEOUT
         return max(min(cap, room), 0.1)
 
+    def _restricted(self) -> bool:
+        """Ask for the restricted page: always, unless it failed here less than RESTRICTED_RETRY ago."""
+        if self.whole_page is None:
+            return True
+        since = elapsed(self.whole_page, instant(self.now()))
+        return since is None or not 0 <= since < RESTRICTED_RETRY  # another boot or a clock step: ask again
+
     def metrics(self) -> Reading | Failure:
         """Every read of a run alike: a page that is not vLLM's is followed by /v1/models for liveness."""
         self.doing("GET /metrics")
-        got = api.read_metrics(self.client, self.endpoint, self.left(self.options.metrics_timeout))
+        got: Reading | Failure | None = None
+        asked = self._restricted()
+        if asked:
+            restricted = api.read_restricted(self.client, self.endpoint, self.left(self.options.metrics_timeout))
+            got = restricted.got
+            if isinstance(got, Reading):  # the restricted page works (again); a redirect got us the whole page
+                self.whole_page = None if restricted.as_asked else instant(self.now())
+        if got is None:
+            got = api.read_metrics(self.client, self.endpoint, self.left(self.options.metrics_timeout))
+            if asked and isinstance(got, Reading):  # the URL was at fault, not the server: the whole page from now on
+                self.whole_page = instant(self.now())
         if isinstance(got, Failure) and got.kind == NO_METRICS:
             return self.liveness(NO_METRICS, got.detail)
         return got
@@ -81,14 +107,34 @@ def observe(
     `may_probe` is asked only when the verdict wants a probe and `options.probe` allows one: the Netdata
     collector uses it to probe an idle server at most once per probe_every.
     """
-    calls = _Calls(client, endpoint, options, deadline, doing)
+    calls = _Calls(client, endpoint, options, deadline, doing, now, memory.whole_page)
+    seen = _sequence(calls, memory, settings, marker, sleep, may_probe)
+    if seen.verdict.memory.whole_page == calls.whole_page:
+        return seen
+    # the judge hands on the memory it was given: which page this server serves is known only here
+    carried = seen.verdict.memory._replace(whole_page=calls.whole_page)
+    return seen._replace(verdict=seen.verdict._replace(memory=carried))
+
+
+def _silence(memory: Memory, failure: Failure, settings: Settings, now: Instant | float,
+             marker: float | None = None) -> Verdict:
+    """A run without a reading, judged (imported here: a run that got its reading never loads that judge)."""
+    from .judge_silence import assess_failure
+
+    return assess_failure(memory, failure, settings, now, marker)
+
+
+def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: float | None,
+              sleep: Callable[[float], None], may_probe: Callable[[], bool]) -> Observation:
+    """Read, judge, and read again or probe as the verdict asks."""
+    options, deadline, now = calls.options, calls.deadline, calls.now
     if options.proxy:
-        return Observation(assess_failure(memory, calls.liveness(PROXY, ""), settings, now()))
+        return Observation(_silence(memory, calls.liveness(PROXY, ""), settings, now()))
 
     started = time.monotonic()
     got = calls.metrics()
     if isinstance(got, Failure):
-        return Observation(assess_failure(memory, got, settings, now(), marker))
+        return Observation(_silence(memory, got, settings, now(), marker))
     verdict = assess(memory, got, settings, now())
     # A second read is fair only with at least the time the first one took: cut shorter by -t, a slow
     # server's late answer would read as no answer.
@@ -96,14 +142,16 @@ def observe(
 
     pause = max(options.reread_delay, settings.min_gap)  # a shorter gap would prove nothing
     if verdict.action == REREAD and options.reread and time.monotonic() + pause + fair < deadline:
-        doing(f"{pause:g} s between two readings")
+        calls.doing(f"{pause:g} s between two readings")
         sleep(pause)
         again = calls.metrics()
         if isinstance(again, Failure):
-            return Observation(assess_failure(verdict.memory, again, settings, now(), marker), got)
+            return Observation(_silence(verdict.memory, again, settings, now(), marker), got)
         got, verdict = again, assess(verdict.memory, again, settings, now())
 
     if verdict.action == PROBE and options.probe and may_probe():
+        from .judge_probe import after_probe  # only an idle engine's run gets here: a busy one-shot run never loads it
+
         outcome = calls.probe(options.model or got.model)
         probed = after_probe(verdict, outcome, None, settings, now())
         if probed.action == REREAD and time.monotonic() + fair >= deadline:  # no fair re-read left: no proof

@@ -140,6 +140,9 @@ class Memory(NamedTuple):
     unanswered: Streak | None = None
     probe: Footprint | None = None
     last: Remembered | None = None
+    #: Since when this server is read by its whole /metrics page: its restricted page (check_vllm.api)
+    #: failed while the whole page worked. None: the restricted page is asked for.
+    whole_page: Instant | None = None
 
 
 # --------------------------------------------------------------------------- the verdict

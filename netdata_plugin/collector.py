@@ -7,7 +7,9 @@ server delays only its own charts, never the other jobs'.
 
 Probing is rare by construction: the decision engine asks for a probe only when no work is present,
 and the job sends one at most once per `probe_every` (never when `probe = no` or in proxy mode).
-Every other tick costs one GET /metrics.
+Every other tick costs one GET /metrics: of the restricted page (check_vllm.api), or of the whole page
+for a server that does not serve that one. Which page a server serves lives in the job's memory with the
+rest of it (check_vllm.values.Memory.whole_page), so the collector learns it once, like the check does.
 """
 
 from __future__ import annotations

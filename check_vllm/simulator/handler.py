@@ -2,10 +2,15 @@
 
 What to answer is decided by the simulated process and by the scenario entry in force (``metrics`` says what
 ``/metrics`` answers, ``listening`` whether anything is answered at all); this module only speaks HTTP.
+
+Like vLLM, two routes serve the page: ``/metrics`` (vLLM's own route: the whole page, any query ignored, never
+compressed) and ``/metrics/`` (prometheus_client's app, which vLLM mounts beside it: ``?name[]=`` restricts the
+page to those samples, and it is gzipped when the client accepts gzip). The scenario's answer holds for both.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import select
 import socket
@@ -13,11 +18,13 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
-from . import openai_api
+from prometheus_client import generate_latest
+
+from . import openai_api, page
 from .engine import Outcome
-from .scenarios import BY_NAME, SCENARIOS, MetricsAnswer
+from .scenarios import BY_NAME, SCENARIOS, MetricsAnswer, parse_switch
 
 if TYPE_CHECKING:
     from .core import Simulator
@@ -33,8 +40,11 @@ _HTML_ERROR_PAGE: Final = (
     b"<p>The server returned an invalid or incomplete response.</p>\n"
     b"<hr><center>nginx</center></body></html>\n"
 )
+#: prometheus_client's app, mounted at /metrics/ beside vLLM's own /metrics route.
+_RESTRICTABLE: Final = "/metrics/"
 _KNOWN_ROUTES: Final[Mapping[str, str]] = MappingProxyType({
     "/metrics": "GET",
+    _RESTRICTABLE: "GET",
     "/health": "GET",
     "/v1/models": "GET",
     "/v1/completions": "POST",
@@ -58,6 +68,9 @@ _CANNED_METRICS: Final[Mapping[MetricsAnswer, _Canned]] = MappingProxyType({
     MetricsAnswer.HTTP_500: _Canned(500, b"Internal Server Error", "text/plain; charset=utf-8", "/metrics"),
     MetricsAnswer.HTTP_502: _Canned(502, _HTML_ERROR_PAGE, "text/html", "/metrics"),
 })
+
+
+_NO_HEADERS: Final[Mapping[str, str]] = MappingProxyType({})
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -135,12 +148,15 @@ class Handler(BaseHTTPRequestHandler):
             chunks.append(self.rfile.read(length))
             self.rfile.readline(64)
 
-    def _send(self, status: int, body: bytes, content_type: str, *, handler: str | None = None) -> None:
+    def _send(self, status: int, body: bytes, content_type: str, *, handler: str | None = None,
+              headers: Mapping[str, str] = _NO_HEADERS) -> None:
         """Write a complete response; ``handler`` labels it in http_requests_total (None: not counted)."""
         if handler is not None:
             self._proc.count_http(handler, self.command, status)
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         if self.close_connection:
             self.send_header("Connection", "close")
@@ -171,7 +187,8 @@ class Handler(BaseHTTPRequestHandler):
     # --- routing -----------------------------------------------------------------------------------------------
 
     def _dispatch(self) -> None:
-        path = urlsplit(self.path).path
+        target = urlsplit(self.path)
+        path = target.path
         try:
             body = self._read_body()
         except ValueError:
@@ -193,6 +210,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(405, {"detail": "Method Not Allowed"}, handler=path)
         elif path == "/metrics":
             self._metrics()
+        elif path == _RESTRICTABLE:
+            self._metrics(mounted=True, names=parse_qs(target.query).get("name[]"))
         elif path == "/health":
             self._send(200, b"", "application/json", handler=path)
         elif path == "/v1/models":
@@ -200,7 +219,8 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._completion(path, body)
 
-    def _metrics(self) -> None:
+    def _metrics(self, *, mounted: bool = False, names: list[str] | None = None) -> None:
+        """The page; ``mounted``: as prometheus_client's app serves it, only the samples in ``names`` if given."""
         sim = self._sim
         answer = self._proc.entry().metrics
         canned = _CANNED_METRICS.get(answer)
@@ -210,7 +230,14 @@ class Handler(BaseHTTPRequestHandler):
         if answer is MetricsAnswer.SLOW and not self._proc.slow_wait(sim.slow_seconds):
             self._drop()
             return
-        self._send(200, sim.metrics_text(), _METRICS_CONTENT_TYPE, handler="/metrics")
+        if not mounted:
+            self._send(200, sim.metrics_text(), _METRICS_CONTENT_TYPE, handler="/metrics")
+            return
+        body = generate_latest(page.restricted(sim._registry, names)) if names else sim.metrics_text()
+        headers: dict[str, str] = {}
+        if _gzip_accepted(self.headers.get("Accept-Encoding") or ""):
+            body, headers = gzip.compress(body), {"Content-Encoding": "gzip"}
+        self._send(200, body, _METRICS_CONTENT_TYPE, handler="/metrics", headers=headers)
 
     def _completion(self, path: str, raw: bytes) -> None:
         sim = self._sim
@@ -256,7 +283,7 @@ class Handler(BaseHTTPRequestHandler):
     def _set_scenario(self, raw: bytes) -> None:
         """``POST /_sim/scenario`` with ``{"scenario": name, "seconds": s, "then": name}`` (the last two optional)."""
         try:
-            name, seconds, then = _parse_switch(raw)
+            name, seconds, then = parse_switch(raw)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             self._send_json(400, {"error": str(exc), "scenarios": list(SCENARIOS)})
             return
@@ -272,17 +299,6 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(200, {"scenario": name})
 
 
-def _parse_switch(raw: bytes) -> tuple[str, float | None, str]:
-    """(scenario, seconds, then) of a scenario switch; ValueError, KeyError or TypeError if it is not one."""
-    body = json.loads(raw or b"{}")
-    name = body["scenario"]
-    seconds = body.get("seconds")
-    then = body.get("then", "idle")
-    if not isinstance(name, str) or not isinstance(then, str):
-        raise TypeError("scenario must be a string")
-    if seconds is not None:
-        seconds = float(seconds)
-    for candidate in (name, then):
-        if candidate not in BY_NAME:
-            raise ValueError(f"unknown scenario {candidate!r}")
-    return name, seconds, then
+def _gzip_accepted(accept_encoding: str) -> bool:
+    """prometheus_client's rule: gzip when any listed coding is gzip, whatever its q-value."""
+    return any(coding.split(";")[0].strip().lower() == "gzip" for coding in accept_encoding.split(","))

@@ -2,12 +2,14 @@
 
 The simulator takes one consistent snapshot under its lock (a ``PageView``) and this module turns it into
 prometheus_client families; ``metrics_text()`` runs them through ``generate_latest`` like vLLM does.
+``restricted`` is what prometheus_client's own app (mounted by vLLM at ``/metrics/``) serves for
+``?name[]=...``: only the samples of those names.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -19,6 +21,7 @@ from prometheus_client.core import (
     Metric,
     SummaryMetricFamily,
 )
+from prometheus_client.registry import Collector
 
 from .vllm_families import EngineView, cumulative_profile, vllm_families
 
@@ -52,6 +55,26 @@ def render(view: PageView) -> list[Metric]:
     if not view.multiprocess:
         families.extend(_runtime_families(view.start_time))
     return families
+
+
+def restricted(source: Collector, names: Iterable[str]) -> Collector:
+    """``source`` as prometheus_client's ``RestrictedRegistry`` serves it: only samples named in ``names`` (by
+    sample name: ``_total``, ``_count``, ``_created`` alike), families left without a sample dropped."""
+    return _Restricted(source, frozenset(names))
+
+
+class _Restricted:
+    def __init__(self, source: Collector, names: frozenset[str]) -> None:
+        self._source = source
+        self._names = names
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._source.collect():
+            samples = [sample for sample in family.samples if sample.name in self._names]
+            if samples:
+                kept = Metric(family.name, family.documentation, family.type, family.unit)
+                kept.samples = samples
+                yield kept
 
 
 def registry_for(snapshot: Callable[[], list[Metric]]) -> CollectorRegistry:

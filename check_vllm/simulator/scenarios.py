@@ -8,6 +8,7 @@ scenario is adding a row here (and, if it needs a new kind of behaviour, a new `
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
@@ -102,3 +103,19 @@ def lookup(name: str) -> Scenario:
     if entry is None:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
     return entry
+
+
+def parse_switch(raw: bytes) -> tuple[str, float | None, str]:
+    """(scenario, seconds, then) of a scenario switch; ValueError, KeyError or TypeError if it is not one."""
+    body = json.loads(raw or b"{}")
+    name = body["scenario"]
+    seconds = body.get("seconds")
+    then = body.get("then", "idle")
+    if not isinstance(name, str) or not isinstance(then, str):
+        raise TypeError("scenario must be a string")
+    if seconds is not None:
+        seconds = float(seconds)
+    for candidate in (name, then):
+        if candidate not in BY_NAME:
+            raise ValueError(f"unknown scenario {candidate!r}")
+    return name, seconds, then

@@ -28,8 +28,8 @@ def test_busy_sends_no_inference_request(sim: Simulator, run_check):
     assert "probe_seconds" not in perf
     assert float(perf["tokens_per_second"]) > 0 and perf["running"] == "2" and perf["waiting"] == "3"
     assert sim.inference_requests() == []
-    # steady state: exactly one GET of /metrics per run (the first run read twice: no baseline yet)
-    assert [(q.method, q.path) for q in sim.requests()] == [("GET", "/metrics")] * 3
+    # steady state: exactly one GET of the restricted /metrics/ per run (the first run read twice: no baseline yet)
+    assert [(q.method, q.path) for q in sim.requests()] == [("GET", "/metrics/")] * 3
 
 
 def test_frozen_goes_ok_warning_critical_and_back(sim: Simulator, run_check):

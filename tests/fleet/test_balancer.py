@@ -79,7 +79,7 @@ def test_the_balancer_with_proxy_reads_only_models_and_each_backend_is_checked_d
             for r in (first, second):
                 assert (r.code, r.word) == (OK, "busy"), (name, str(r))
             assert "2 running, 3 waiting" in second.status, second
-            assert fleet.traffic(name) == [("GET", "/metrics")] * 3, fleet.traffic(name)
+            assert fleet.traffic(name) == [("GET", "/metrics/")] * 3, fleet.traffic(name)
             assert fleet.sims[name].inference_requests() == []
 
 
@@ -146,7 +146,7 @@ def test_the_balancer_checked_without_proxy_is_named_a_balancer(fleet):
             runs.append(fleet.check("rr", *FAST))
     # the setup does what it claims: both backends served /metrics to the same check
     a, b = fleet.traffic("a"), fleet.traffic("b")
-    assert ("GET", "/metrics") in a and ("GET", "/metrics") in b, (a, b)
+    assert ("GET", "/metrics/") in a and ("GET", "/metrics/") in b, (a, b)
     shown = "\n".join(f"run {i + 1}: {r}" for i, r in enumerate(runs))
     assert not any(r.first.startswith("VLLM OK - restarted") for r in runs[1:]), shown
     for r in runs[2:]:

@@ -113,6 +113,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server: _Pages
 
     def do_GET(self) -> None:
+        if self.path.startswith("/metrics/"):  # a server without the restricted page: the check falls back
+            self.send_error(404)
+            return
         self.server.log.append(("GET", self.path))
         if self.path == "/metrics":
             q = self.server.queue
