@@ -117,6 +117,12 @@ def lost_signals(p: EngineReading, c: EngineReading) -> bool:
     return any(getattr(p, f) is not None and getattr(c, f) is None for f in PROGRESS_FIELDS)
 
 
+def signals_differ(p: EngineReading, c: EngineReading) -> bool:
+    """Two pages that do not carry the same progress families: a family on one side only could have moved
+    unseen, so standing still on the others proves nothing."""
+    return any((getattr(p, f) is None) != (getattr(c, f) is None) for f in PROGRESS_FIELDS)
+
+
 def _engine(name: str, base: Baseline, cur: EngineReading, memory: Memory, gap: float, now: Instant,
             allowed: dict[str, float], settings: Settings) -> tuple[str, Streak | None]:
     """The per-engine rule: this engine's word, and its no-progress streak if it has one."""
@@ -130,23 +136,12 @@ def _engine(name: str, base: Baseline, cur: EngineReading, memory: Memory, gap: 
     if p is None or not comparable(p, cur):
         return BUSY, None  # an engine we have not seen, or no signal on both pages: nothing to compare
     old = memory.stalls.get(name)
-    if gap < settings.min_gap or lost_signals(p, cur):
+    if gap < settings.min_gap or signals_differ(p, cur):
         prior = memory.last.engines.get(name) if memory.last and old else None
         word = _standing_word(prior, cur)
         return word, (old if old and word != BUSY else None)
     streak = extend(old, base.at, now)
     return (STUCK if proven(streak, now, settings) else STALLING), streak
-
-
-def _handover(memory: Memory, reading: Reading, moved: list[str]) -> Memory:
-    """Life ends an idle-but-unanswered streak; work in sight hands it to the per-engine rule, since
-    nothing has moved while it lasted."""
-    stalls = dict(memory.stalls)
-    if not moved:
-        for name, e in reading.engines.items():
-            if e.work > 0 and name not in stalls and memory.unanswered is not None:
-                stalls[name] = memory.unanswered
-    return memory._replace(unanswered=None, stalls=MappingProxyType(stalls))
 
 
 def _repeat(memory: Memory, reading: Reading, gap: float, now: Instant) -> Verdict | None:
@@ -195,8 +190,10 @@ def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | 
         return _first(memory, reading, g, now)  # stale, another boot, or none: compare with nothing
     allowed = allowance(memory.probe)
     moved = moved_engines(base.reading, reading, allowed)
-    if memory.unanswered is not None and (moved or reading.work > 0):
-        memory = _handover(memory, reading, moved)
+    if moved or reading.work > 0:
+        # life, or work in sight: the idle streak ends, and the per-engine rule judges the work afresh
+        # (carrying the streak over would count readings that did not all show the condition)
+        memory = memory._replace(unanswered=None)
     if all(e.asleep for e in reading.engines.values()):
         return finish(keep(memory, reading, now), SLEEPING, OK, wording.ASLEEP, g, now,
                       engines={n: SLEEPING for n in reading.engines})

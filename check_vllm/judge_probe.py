@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import wording
 from .compare import counted, gauges, moved_engines, restart_reason
-from .judge import finish, keep, lost_signals, new_process
+from .judge import finish, keep, new_process, signals_differ
 from .judge_silence import assess_failure
 from .proof import extend, instant, lasted, proven
 from .values import (
@@ -81,7 +81,7 @@ def _unanswered(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failu
     if why:
         return new_process(memory, reread, "process changed during the probe", settings, now)
     pairs = [(base.reading.engines[n], e) for n, e in reread.engines.items() if n in base.reading.engines]
-    if not pairs or any(lost_signals(p, e) or not counted(p, e) for p, e in pairs):
+    if not pairs or any(signals_differ(p, e) or not counted(p, e) for p, e in pairs):
         text = wording.probe_no_reread(f"{outcome.detail}; the second page lacked counters the first had")
         return _amend(verdict, memory, verdict.word, WARNING, text, now, outcome)
     g = gauges(reread)

@@ -180,12 +180,14 @@ def test_an_unanswered_probe_after_a_streak_of_work_judges_the_work():
     v = assess(Memory(), idle, s, at(0))
     first = after_probe(v, ProbeOutcome(NO_ANSWER, 10, "timed out"), idle, s, at(10))
     assert (first.word, first.code) == ("stalling", WARNING)
-    # the next reading shows work (the batch that the metrics lagged behind): the per-engine rule takes over,
-    # and nothing has moved since the streak began, so the proof carries on
+    # the next reading shows work (the batch that the metrics lagged behind): the per-engine rule takes over
+    # with a streak of its own (the idle one is not carried over: not every reading of it showed this work)
     queued = Reading(engines={"0": EngineReading(running=2, waiting=6, steps=5.0, generation_tokens=5.0,
                                                  finished=1.0)}, process_start=T0)
     v2 = assess(first.memory, queued, s, at(20))
-    assert (v2.word, v2.code) == ("stuck", CRITICAL)
+    assert (v2.word, v2.code) == ("stalling", WARNING) and v2.memory.unanswered is None
+    v3 = assess(v2.memory, queued, s, at(30))
+    assert (v3.word, v3.code) == ("stuck", CRITICAL)
     moving = Reading(engines={"0": EngineReading(running=2, waiting=6, steps=50.0, generation_tokens=90.0,
                                                  finished=1.0)}, process_start=T0)
     assert assess(first.memory, moving, s, at(20)).word == "busy"
