@@ -1,0 +1,78 @@
+"""Running the installed check against a real server, and reading the server's own counters: what every
+scenario of the release matrix shares (the `check` fixture itself is in conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from check_vllm.vocab import CRITICAL, OK, UNKNOWN, WARNING
+from tests.e2e.conftest import Result
+from tests.real_vllm.server import VllmServer, sample_sum
+
+CHECK = shutil.which("check_vllm") or ""
+CODE_OF = {"OK": OK, "WARNING": WARNING, "CRITICAL": CRITICAL, "UNKNOWN": UNKNOWN}
+GAP = 0.5                       # --min-gap: runs closer than this repeat the last verdict
+FAST = ("--min-gap", str(GAP), "--reread-delay", "1")
+STUCK = ("--stuck-readings", "2", "--stuck-seconds", "2", *FAST)
+PAUSE = 1.2                     # between runs of the SIGSTOP scenario: 2 comparisons span > 2 s
+LONG = 2000                     # tokens per generation (prompt ~12 + 2000 <= --max-model-len 2048)
+
+Check = Callable[..., Result]
+
+
+def completions(text: str, handler: str = "/v1/completions") -> float:
+    return sample_sum(text, "http_requests_total", {"handler": handler}) or 0.0
+
+
+def finished(text: str, reason: str | None = None) -> float:
+    return sample_sum(text, "vllm:request_success_total", {"finished_reason": reason} if reason else None) or 0.0
+
+
+def checked(r: Result) -> Result:
+    """The plugin output contract, for every run."""
+    assert r.out.startswith("VLLM "), (r.code, r.out, r.err)
+    state = r.first.split(" - ", 1)[0].split(" ", 1)[1]
+    assert CODE_OF.get(state) == r.code, f"exit {r.code} but status {state!r}: {r.out!r}"
+    assert r.code in (OK, WARNING, CRITICAL), (r.code, r.out, r.err)
+    r.perf  # noqa: B018 - asserts every item is a plain decimal or U
+    assert "Traceback" not in r.out + r.err, r.err
+    return r
+
+
+def runner(state_dir: Path) -> Check:
+    """Run the installed check with its own state directory, as a scheduler does (argv, env, exit code)."""
+    assert CHECK, "check_vllm is not installed (pip install -e .)"
+
+    def run(url: str, *args: str, timeout: float = 90) -> Result:
+        proc = subprocess.run([CHECK, "-u", url, "--state-dir", str(state_dir), *args],
+                              capture_output=True, text=True, timeout=timeout,
+                              env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"})
+        print(f"{time.strftime('%T')} exit {proc.returncode}: {proc.stdout.strip()}")  # shown on failure
+        return checked(Result(proc.returncode, proc.stdout, proc.stderr))
+
+    return run
+
+
+def run_until(check: Check, url: str, args: tuple[str, ...], done: Callable[[Result], bool],
+              pause: float = GAP + 0.2, timeout: float = 60.0) -> list[Result]:
+    seen: list[Result] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        time.sleep(pause)
+        seen.append(check(url, *args))
+        if done(seen[-1]):
+            return seen
+        assert time.monotonic() < deadline, [s.first for s in seen]
+
+
+def settled(srv: VllmServer, want: Callable[[str], bool], timeout: float = 30.0) -> str:
+    """The server counts a request once its response is sent: wait for `want`, then a second more
+    (anything else the check sent would be counted by then), and return that page."""
+    srv.wait_for(want, timeout=timeout, interval=0.3)
+    time.sleep(1.0)
+    return srv.metrics_text()
