@@ -112,15 +112,20 @@ def _standing_word(prior: str | None, cur: EngineReading) -> str:
     return IDLE if prior in WORKING or prior is None else prior
 
 
+def families(e: EngineReading) -> frozenset[str]:
+    """The progress families a page carries for this engine."""
+    return frozenset(f for f in PROGRESS_FIELDS if getattr(e, f) is not None)
+
+
 def lost_signals(p: EngineReading, c: EngineReading) -> bool:
     """A page without a progress family the previous one had cannot show that family standing still."""
-    return any(getattr(p, f) is not None and getattr(c, f) is None for f in PROGRESS_FIELDS)
+    return not families(p) <= families(c)
 
 
 def signals_differ(p: EngineReading, c: EngineReading) -> bool:
     """Two pages that do not carry the same progress families: a family on one side only could have moved
     unseen, so standing still on the others proves nothing."""
-    return any((getattr(p, f) is None) != (getattr(c, f) is None) for f in PROGRESS_FIELDS)
+    return families(p) != families(c)
 
 
 def _engine(name: str, base: Baseline, cur: EngineReading, memory: Memory, gap: float, now: Instant,

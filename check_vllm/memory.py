@@ -22,12 +22,12 @@ _ENGINE_FIELDS = frozenset(EngineReading.__dataclass_fields__)
 
 def finite(value: Any) -> float | None:
     """A finite float from anything JSON can hold, else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            return None
-    out = float(value)
+    if isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer too big for a float
+        return None
     return out if math.isfinite(out) else None
 
 
@@ -116,6 +116,7 @@ def remembered(raw: Any) -> Remembered | None:
 
 
 def from_json(data: Any) -> Memory:
+    """Total: whatever JSON a file holds gives a Memory (unusable pieces read as "nothing known")."""
     data = _dict(data)
     stalls = {str(n): s for n, s in ((n, _streak(v)) for n, v in _dict(data.get("stall")).items()) if s is not None}
     return Memory(

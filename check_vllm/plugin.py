@@ -14,7 +14,7 @@ from . import memory, statusline
 from .fetch import Endpoint
 from .observe import observe
 from .statefile import StateBusy, StateError, check_file, load_marker, marker_path
-from .values import Memory, Verdict
+from .values import Verdict
 from .vocab import CRITICAL, LOCK_TIMEOUT, OK, UNKNOWN, WARNING, Options, Settings
 
 _STATES = {OK: nagiosplugin.Ok, WARNING: nagiosplugin.Warn, CRITICAL: nagiosplugin.Critical,
@@ -58,14 +58,6 @@ class Run(NamedTuple):
     doing: Callable[[str], None] = lambda what: None
 
 
-def recall(saved: dict[str, Any], note: str | None) -> tuple[Memory, str | None]:
-    """The memory in a loaded state file; a file whose content cannot be used is a fresh start, never a crash."""
-    try:
-        return memory.from_json(saved), note
-    except Exception as err:  # noqa: BLE001 - any content a file can hold must cost a baseline, not the run
-        return memory.from_json({}), f"state file corrupt ({err.__class__.__name__}); starting a new baseline"
-
-
 class Server(nagiosplugin.Resource):
     """Observes one vLLM server and carries the state file across the observation."""
 
@@ -91,7 +83,7 @@ class Server(nagiosplugin.Resource):
             unsaved = f"state not saved: {err}"
         try:
             saved, note = store.load()
-            remembered, note = recall(saved, note)
+            remembered = memory.from_json(saved)
             marker, marker_note = load_marker(marker_path(run.state_dir, run.endpoint.url))
             self.state_note = "; ".join(filter(None, (note, marker_note)))
             with run.endpoint.client() as client:

@@ -36,8 +36,9 @@ _CREATED = {
 }
 _SLEEP = "vllm:engine_sleep_state"
 _START = "process_start_time_seconds"
-# Line prefixes that can carry a wanted sample; matched exactly up to `{` or ` `.
-_WANTED = frozenset(_SAMPLES) | _CREATED | {_SLEEP, _START}
+# The sample names the check reads (a line is wanted when its name, up to `{` or ` `, is one): the
+# parser's filter, and the names the restricted page asks for (api.RESTRICTED).
+WANTED = frozenset(_SAMPLES) | _CREATED | {_SLEEP, _START}
 
 
 class NotMetrics(ValueError):
@@ -52,7 +53,7 @@ def _wanted(line: str) -> bool:
         i = line.find(stop)
         if 0 < i < end:
             end = i
-    return line[:end] in _WANTED
+    return line[:end] in WANTED
 
 
 #: Beyond 2**53 a float no longer counts in ones: no request gauge or token counter gets there honestly.

@@ -29,7 +29,6 @@ from .args import Parser, UsageError, check_url, number
 from .restart_history import HISTORY_KEEP, history_path, load_history
 from .restart_policy import HOUR, Decision, Event, Policy, decide, screen
 from .statefile import StateBusy, StateError, StateFile, check_file, default_dir, marker_path, target_key, write_json
-from .values import Remembered
 from .vocab import CODE_NAMES, LOCK_TIMEOUT
 
 PROG = "check_vllm_restart"
@@ -44,14 +43,6 @@ _TYPES = {"0": "SOFT", "1": "HARD", "SOFT": "SOFT", "HARD": "HARD"}
 
 
 # --------------------------------------------------------------------------- files
-
-
-def last_verdict(data: dict[str, Any], problem: str | None) -> tuple[Remembered | None, str | None]:
-    """The check's last verdict in its loaded state; content the codec cannot use is no verdict."""
-    try:
-        return memory.from_json(data).last, problem
-    except Exception as err:  # noqa: BLE001 - whatever the file holds, the handler still decides and logs
-        return None, f"state file corrupt ({err.__class__.__name__}); starting a new baseline"
 
 
 def run_command(argv: list[str], timeout: float) -> tuple[int | None, str]:
@@ -178,7 +169,7 @@ def handle(args: argparse.Namespace, event: Event, command: list[str], log: Logg
         return 0
     try:
         data, problem = check_file(state_dir, url, args.proxy).load()
-        verdict, problem = last_verdict(data, problem)
+        verdict = memory.from_json(data).last
         entries, hist_problem = load_history(history)
         # A restart counts from when its command finished (if it did): a verdict written while the old
         # process was being stopped is still a verdict about the old process.

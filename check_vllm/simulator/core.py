@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Final
 
@@ -17,7 +18,7 @@ from prometheus_client.core import Metric
 
 from .listener import Listener
 from .openai_api import INFERENCE_PATHS
-from .page import registry_for
+from .page import registry_for, restricted
 from .process import RecordedRequest, SimulatedProcess
 from .scenarios import Scenario, lookup
 
@@ -210,9 +211,10 @@ class Simulator:
         """Forget the request log."""
         self._process.clear_requests()
 
-    def metrics_text(self) -> bytes:
-        """The ``/metrics`` page as it would be served now (Prometheus text 0.0.4)."""
-        return generate_latest(self._registry)
+    def metrics_text(self, names: Iterable[str] = ()) -> bytes:
+        """The ``/metrics`` page as it would be served now (Prometheus text 0.0.4); with ``names``, only those
+        samples, as vLLM's ``/metrics/?name[]=...`` serves them."""
+        return generate_latest(restricted(self._registry, names) if names else self._registry)
 
     def _metric_families(self) -> list[Metric]:
         """Called by the registry's collector on each scrape."""

@@ -20,8 +20,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 from urllib.parse import parse_qs, urlsplit
 
-from prometheus_client import generate_latest
-
 from . import openai_api, page
 from .engine import Outcome
 from .scenarios import BY_NAME, SCENARIOS, MetricsAnswer, parse_switch
@@ -233,9 +231,9 @@ class Handler(BaseHTTPRequestHandler):
         if not mounted:
             self._send(200, sim.metrics_text(), _METRICS_CONTENT_TYPE, handler="/metrics")
             return
-        body = generate_latest(page.restricted(sim._registry, names)) if names else sim.metrics_text()
+        body = sim.metrics_text(names or ())
         headers: dict[str, str] = {}
-        if _gzip_accepted(self.headers.get("Accept-Encoding") or ""):
+        if page.gzip_accepted(self.headers.get("Accept-Encoding") or ""):
             body, headers = gzip.compress(body), {"Content-Encoding": "gzip"}
         self._send(200, body, _METRICS_CONTENT_TYPE, handler="/metrics", headers=headers)
 
@@ -297,8 +295,3 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(400, {"error": str(exc), "scenarios": list(SCENARIOS)})
             return
         self._send_json(200, {"scenario": name})
-
-
-def _gzip_accepted(accept_encoding: str) -> bool:
-    """prometheus_client's rule: gzip when any listed coding is gzip, whatever its q-value."""
-    return any(coding.split(";")[0].strip().lower() == "gzip" for coding in accept_encoding.split(","))

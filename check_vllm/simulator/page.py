@@ -172,3 +172,8 @@ def _runtime_families(start_time: float) -> list[Metric]:
         GaugeMetricFamily("process_max_fds", "Maximum number of open file descriptors.", 1048576.0),
     ]
     return [collected, uncollectable, collections, info, *process]
+
+
+def gzip_accepted(accept_encoding: str) -> bool:
+    """prometheus_client's rule: gzip when any listed coding is gzip, whatever its q-value."""
+    return any(coding.split(";")[0].strip().lower() == "gzip" for coding in accept_encoding.split(","))

@@ -1,0 +1,40 @@
+"""The state file's codec is total: any JSON a file can hold reads as a Memory (pieces it cannot use read
+as "nothing known"), so neither the check nor the handler needs a safety net of its own around it."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from check_vllm import memory as codec
+from check_vllm.judge import assess
+from check_vllm.values import EngineReading, Memory, Reading
+from check_vllm.vocab import CRITICAL, Settings
+
+KEYS = ["reading", "previous", "stall", "unresponsive", "unanswered", "probe", "verdict", "whole_page",
+        "at", "engines", "since", "count", "mono", "boot", "word", "state", "text", "running", "steps",
+        "0", "1", "process_start", "model", "prompt_tokens", "completion_tokens", "asleep"]
+SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8) \
+    | st.sampled_from([10**400, -10**400, "nan", "inf", "1e999", 2**53 + 1])
+JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.sampled_from(KEYS), inner, max_size=5), max_leaves=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(JSON)
+def test_any_json_reads_as_a_memory_and_never_a_critical(data):
+    m = codec.from_json(data)
+    assert isinstance(m, Memory)
+    json.dumps(codec.to_json(m), allow_nan=False)  # and what it writes back is plain JSON
+    idle = Reading(engines={"0": EngineReading(running=0, waiting=0, steps=1.0)})
+    assert assess(m, idle, Settings(), 1.7e9).code != CRITICAL
+
+
+def test_integers_too_big_for_a_float_are_nothing_known():
+    big = 10**400
+    assert codec.finite(big) is None
+    m = codec.from_json({"reading": {"at": 1.7e9, "engines": {"0": {"running": big}}},
+                         "stall": {"0": {"since": big, "count": 1}}, "verdict": {"word": "busy", "at": big}})
+    assert m.baseline is None and not m.stalls and m.last is not None and m.last.at is None
