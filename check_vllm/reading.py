@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from prometheus_client.parser import text_string_to_metric_families
 
 from .safe_text import clean
-from .values import PROGRESS_FIELDS, EngineReading, Reading
+from .values import COUNTER_FIELDS, PROGRESS_FIELDS, EngineReading, Reading
 
 # sample name -> field of EngineReading. Counters keep `_total` on their samples.
 _SAMPLES = {
@@ -101,12 +101,20 @@ def _collect(families: list[Any]) -> _Collected:
     return out._replace(process_start=process_start, model=model)
 
 
+def _never_served(fields: dict[str, float]) -> bool:
+    """Counters there, all at zero: an engine that has had no request yet. In prometheus_client's
+    multiprocess mode (vLLM with --api-server-count > 1 or data parallel) an engine's request gauges
+    appear only with its first request, so its page has no work to show: it has none."""
+    counters = [fields[f] for f in COUNTER_FIELDS if f in fields]
+    return bool(counters) and not any(counters) and not fields.get("kv_cache")
+
+
 def _usable(values: dict[str, dict[str, float]]) -> None:
     """Raise NotMetrics for a page that cannot tell busy from stuck."""
     if not values:
         raise NotMetrics("no vllm: request metrics on the page")
     for engine, fields in values.items():
-        if "running" not in fields and "waiting" not in fields:
+        if "running" not in fields and "waiting" not in fields and not _never_served(fields):
             where = f" for engine {engine}" if engine else ""
             raise NotMetrics(f"no vllm:num_requests_running/waiting{where}: work unknown")
     # A page cut short or an exporter that lost its counters: no engine shows any progress signal.

@@ -147,7 +147,7 @@ def render_block() -> str:
         rows.append(f"| {base} `--data-parallel-size 2` (2 API servers: multiprocess mode) | "
                     f"{tested(dp_entry, 'real-vllm-matrix') or 'from recorded pages'} | {n['kv']} | {n['engine']} | "
                     f"{n['sleep']} | {n['identity']} | {seen or 'counters went backwards'} | request gauges only "
-                    f"after each engine's first request |")
+                    f"after each engine's first request (an engine whose counters are all zero reads idle) |")
     engine, identity, seen = MULTIPROCESS
     rows.append(f"| >= 0.15 with data parallel or `--api-server-count` > 1 | from names only (simulator) | "
                 f"`vllm:kv_cache_usage_perc` | {engine} | `vllm:engine_sleep_state` | {identity} | {seen} | "

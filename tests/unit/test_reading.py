@@ -95,3 +95,34 @@ vllm:generation_tokens_total{zz="1",engine="0",model_name="m"} 5
 """
     e = parse(page).engines["0"]
     assert (e.running, e.waiting, e.generation_tokens) == (2.0, 1.0, 5.0)
+
+
+# An engine's request gauges appear with its first request in prometheus_client's multiprocess mode
+# (data parallel, --api-server-count > 1): counters all at zero and no gauges is an engine that has had none.
+FRESH = """\
+vllm:iteration_tokens_total_count{engine="0",model_name="m"} 0.0
+vllm:generation_tokens_total{engine="0",model_name="m"} 0.0
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 0.0
+"""
+SERVED = """\
+vllm:num_requests_running{engine="1",model_name="m"} 1.0
+vllm:num_requests_waiting{engine="1",model_name="m"} 0.0
+vllm:iteration_tokens_total_count{engine="1",model_name="m"} 7.0
+vllm:generation_tokens_total{engine="1",model_name="m"} 9.0
+"""
+
+
+def test_an_engine_that_served_nothing_has_no_work_even_without_gauges():
+    r = parse(FRESH + SERVED)
+    assert r.engines["0"].running == 0 and r.engines["0"].waiting == 0 and r.engines["1"].running == 1
+
+
+@pytest.mark.parametrize("page", [
+    FRESH.replace("total_count{engine=\"0\",model_name=\"m\"} 0.0", "total_count{engine=\"0\",model_name=\"m\"} 3.0"),
+    FRESH.replace("finished_reason=\"stop\",model_name=\"m\"} 0.0", "finished_reason=\"stop\",model_name=\"m\"} 1.0"),
+    FRESH + 'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.2\n',
+    'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.0\n',
+], ids=["steps counted", "a request finished", "kv cache in use", "no counter at all"])
+def test_an_engine_without_gauges_that_has_served_is_work_unknown(page):
+    with pytest.raises(NotMetrics, match="work unknown|no vllm: request metrics|no progress"):
+        parse(page)
