@@ -7,10 +7,9 @@ histograms we never look at, and filtering lines first makes parsing ~10x cheape
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from .promtext import Sample, sample
 from .safe_text import clean
 from .values import COUNTER_FIELDS, PROGRESS_FIELDS, EngineReading, Reading
 
@@ -73,31 +72,30 @@ class _Collected(NamedTuple):
     model: str | None
 
 
-def _collect(families: list[Any]) -> _Collected:
+def _collect(samples: list[Sample]) -> _Collected:
     """The wanted samples, per engine label."""
     out = _Collected({}, {}, {}, None, None)
     process_start, model = None, None
-    for family in families:
-        for sample in family.samples:
-            name, labels, value = sample.name, sample.labels, _number(float(sample.value))
-            if name == _START:
-                process_start = value
-                continue
-            engine = clean(labels.get("engine", ""), 40)
-            model = model or clean(labels.get("model_name", ""), 200) or None
-            if value is None:
-                continue
-            if name in _CREATED:
-                out.created[engine] = max(out.created.get(engine, value), value)
-            elif name == _SLEEP:
-                if labels.get("sleep_state") == "awake":
-                    out.asleep[engine] = value < 0.5
-            elif name in _SAMPLES:
-                fields = out.values.setdefault(engine, {})
-                key = _SAMPLES[name]
-                # request_success has one series per finished_reason: sum them; a duplicated
-                # gauge series (a broken exporter) keeps the last value rather than doubling.
-                fields[key] = fields.get(key, 0.0) + value if key == "finished" else value
+    for name, labels, raw in samples:
+        value = _number(raw)
+        if name == _START:
+            process_start = value
+            continue
+        engine = clean(labels.get("engine", ""), 40)
+        model = model or clean(labels.get("model_name", ""), 200) or None
+        if value is None:
+            continue
+        if name in _CREATED:
+            out.created[engine] = max(out.created.get(engine, value), value)
+        elif name == _SLEEP:
+            if labels.get("sleep_state") == "awake":
+                out.asleep[engine] = value < 0.5
+        elif name in _SAMPLES:
+            fields = out.values.setdefault(engine, {})
+            key = _SAMPLES[name]
+            # request_success has one series per finished_reason: sum them; a duplicated
+            # gauge series (a broken exporter) keeps the last value rather than doubling.
+            fields[key] = fields.get(key, 0.0) + value if key == "finished" else value
     return out._replace(process_start=process_start, model=model)
 
 
@@ -133,8 +131,8 @@ def parse(text: str) -> Reading:
     if not lines:
         raise NotMetrics("no vllm: metrics on the page")
     try:
-        got = _collect(list(text_string_to_metric_families("\n".join(lines) + "\n")))
-    except (ValueError, TypeError, IndexError) as err:
+        got = _collect([sample(line) for line in lines])
+    except ValueError as err:
         raise NotMetrics(f"unparseable metrics: {err}") from None
     _usable(got.values)
     engines = {
