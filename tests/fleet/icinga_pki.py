@@ -30,17 +30,6 @@ DIRS = ("ConfigDir", "DataDir", "LogDir", "CacheDir", "SpoolDir", "InitRunDir", 
 API_USER, API_PASSWORD = "root", "check_vllm-fleet"
 
 
-def icinga_value(value) -> str:
-    """A Python value as Icinga 2 DSL (arrays, booleans, numbers, strings)."""
-    if isinstance(value, list):
-        return "[ " + ", ".join(icinga_value(v) for v in value) + " ]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return json.dumps(str(value))
-
-
 def icinga2(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     out = subprocess.run(["icinga2", *args], capture_output=True, text=True, timeout=timeout, env=ENV)
     if out.returncode != 0:

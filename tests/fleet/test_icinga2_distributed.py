@@ -26,13 +26,14 @@ from ..monitoring.harness import (
     Simulator,
     count_lines,
     ensure_installed,
+    icinga_value,
     plugin_dir,
     restart_command,
     wait_for,
 )
 from .common import localise
 from .conftest import TIMINGS, Timer
-from .icinga_pki import API_PASSWORD, API_USER, ENV, Node, icinga_value, issue, make_ca
+from .icinga_pki import API_PASSWORD, API_USER, ENV, Node, issue, make_ca
 
 pytestmark = pytest.mark.fleet
 

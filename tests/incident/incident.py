@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.monitoring.harness import tail
+from tests.monitoring.harness import icinga_value, tail
 from tests.monitoring.test_icinga2 import HOST, Icinga2
 from tests.real_vllm.server import SERVED_MODEL_NAME, Load, sample_sum
 
@@ -55,16 +55,6 @@ HANDLER_VARS = {
 WATCH_INTERVAL, WATCH_TIMEOUT, WATCH_FAILURES = 3.0, 5.0, 3
 #: The batch load: LOAD_CLIENTS concurrent generations of LOAD_TOKENS tokens each (--max-num-seqs 2).
 LOAD_CLIENTS, LOAD_TOKENS = 4, 2000
-
-
-def icinga_value(value) -> str:
-    if isinstance(value, list):
-        return "[ " + ", ".join(icinga_value(v) for v in value) + " ]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return json.dumps(str(value))
 
 
 def service_conf(url: str, state_dir: Path, restart: list[str], log: Path) -> str:

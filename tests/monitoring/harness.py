@@ -49,6 +49,17 @@ def tail(path: Path, n: int = 40) -> str:
         return f"({path}: {err.strerror})"
 
 
+def icinga_value(value) -> str:
+    """A Python value as Icinga 2 DSL (arrays, booleans, numbers, strings)."""
+    if isinstance(value, list):
+        return "[ " + ", ".join(icinga_value(v) for v in value) + " ]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))
+
+
 def wait_for(what: str, predicate, timeout: float, interval: float = 0.25, diag=lambda: ""):
     deadline = time.monotonic() + timeout
     while True:

@@ -27,6 +27,7 @@ from .harness import (
     count_lines,
     ensure_installed,
     free_port,
+    icinga_value,
     plugin_dir,
     restart_command,
     serve,
@@ -40,16 +41,6 @@ API_USER, API_PASSWORD = "root", "check_vllm-test"
 HOST = "vllm-host"
 
 
-def _icinga_value(value) -> str:
-    if isinstance(value, list):
-        return "[ " + ", ".join(_icinga_value(v) for v in value) + " ]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return json.dumps(str(value))
-
-
 def service(name: str, url: str, state_dir: Path, restart: list[str], log: Path, *, by_port: bool = False,
             **extra) -> str:
     # by_port: give only vars.vllm_port and let both commands build the URL from the host address
@@ -57,7 +48,7 @@ def service(name: str, url: str, state_dir: Path, restart: list[str], log: Path,
     vars_ = {**where, "vllm_state_dir": str(state_dir), "vllm_restart_command": restart,
              "vllm_restart_log": str(log), "vllm_restart_max_verdict_age": 30,
              **{f"vllm_{k}": v for k, v in FAST_CHECK.items()}, **extra}
-    body = "\n".join(f"  vars.{k} = {_icinga_value(v)}" for k, v in vars_.items())
+    body = "\n".join(f"  vars.{k} = {icinga_value(v)}" for k, v in vars_.items())
     return f"""
 object Service "{name}" {{
   host_name = "{HOST}"

@@ -466,10 +466,10 @@ class VllmServer:
         return sample_sum(self.metrics_text() if text is None else text, name, labels)
 
     def completion(self, prompt: str = "Hello", max_tokens: int = 1, timeout: float = 60.0,
-                   **extra) -> dict:
+                   headers: dict[str, str] | None = None, **extra) -> dict:
         body = {"model": self.served_model_name, "prompt": prompt, "max_tokens": max_tokens,
                 "temperature": 0.0, **extra}
-        r = httpx.post(self.url + "/v1/completions", json=body, timeout=timeout)
+        r = httpx.post(self.url + "/v1/completions", json=body, timeout=timeout, headers=headers)
         r.raise_for_status()
         return r.json()
 
