@@ -106,8 +106,7 @@ class IcingaWithTimes(Icinga2):
                         after = cr.get("vars_after") or {}
                         self.results.append({
                             "service": ev.get("service"), "state": cr.get("state"),
-                            "output": cr.get("output", ""), "at": time.time(),
-                            "end": cr.get("execution_end"),
+                            "output": cr.get("output", ""), "at": _ended(cr),
                             "hard": after.get("state_type") == 1, "attempt": after.get("attempt"),
                         })
             except (httpx.HTTPError, ValueError):
@@ -117,6 +116,13 @@ class IcingaWithTimes(Icinga2):
         resp = self.client.post(f"/v1/objects/services/{HOST}!{SERVICE}",
                                 json={"attrs": {"enable_active_checks": enabled}})
         resp.raise_for_status()
+
+
+def _ended(cr: dict) -> float:
+    """When the check ended, by Icinga's own clock: the event stream may deliver a result after the event
+    handler it triggered has already started a restart, so arrival time would misorder the two."""
+    end = cr.get("execution_end")
+    return float(end) if isinstance(end, (int, float)) and end > 0 else time.time()
 
 
 STATE_NAMES = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
