@@ -67,12 +67,14 @@ class Endpoint(NamedTuple):
 
     def client(self) -> httpx.Client:
         verify: bool | ssl.SSLContext
-        if not self.url.startswith("https:") or self.insecure:
-            verify = False  # plain http needs no CA bundle: loading one is most of a client's start-up
+        if self.insecure:
+            verify = False
         elif self.ca_file:
             verify = ssl.create_default_context(cafile=self.ca_file)
-        else:
+        elif self.url.startswith("https:"):
             verify = True
+        else:  # plain http needs no CA bundle (loading one is most of a client's start-up); a redirect
+            verify = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # to https meets no trusted CA: it fails closed
         return httpx.Client(
             verify=verify, trust_env=False, follow_redirects=True, max_redirects=3,
             headers={"User-Agent": "check_vllm", "Accept-Encoding": "gzip, identity"},

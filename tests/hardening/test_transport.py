@@ -132,6 +132,21 @@ def test_https_url_on_a_plain_http_server_is_unreachable_not_down(check, idle_pa
     assert "TLS handshake failed" in r.status
 
 
+def test_redirect_from_http_to_https_is_verified_not_trusted(check, tmp_path):
+    """A plain-http URL loads no CA bundle, but a redirect to https must not slip past verification."""
+    with Simulator(scenario="idle") as sim:
+        tls, cert = _tls_server(tmp_path, sim)
+        with tls, Loopback({"GET /metrics": _redirect(tls.url + "/metrics")}) as srv:
+            r = check("-u", srv.url, *FAST)
+            assert (r.code, r.word) == (UNKNOWN, "unreachable"), r.out
+            assert "TLS handshake failed (CERTIFICATE_VERIFY_FAILED)" in r.status
+            assert tls.seen == []
+            r = check("-u", srv.url, "--ca-file", str(cert), *FAST)
+            assert (r.code, r.word) == (OK, "idle"), r.out
+            r = check("-u", srv.url, "--insecure", *FAST)
+            assert (r.code, r.word) == (OK, "idle"), r.out
+
+
 @pytest.mark.parametrize("content", [b"this is not a certificate\n", None], ids=["not PEM", "missing"])
 def test_bad_ca_file_is_a_usage_error(check, idle_page, tmp_path, content):
     bad = tmp_path / "ca.pem"
