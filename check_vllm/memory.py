@@ -17,7 +17,7 @@ from typing import Any
 
 from .values import Baseline, EngineReading, Footprint, Instant, Memory, Reading, Remembered, Streak
 
-_ENGINE_FIELDS = frozenset(EngineReading.__dataclass_fields__)
+_ENGINE_FIELDS = frozenset(EngineReading._fields)
 
 
 def finite(value: Any) -> float | None:
@@ -135,7 +135,7 @@ def from_json(data: Any) -> Memory:
 
 
 def _engine_json(e: EngineReading) -> dict[str, Any]:
-    return {k: v for k, v in e.__dict__.items() if v is not None}
+    return {k: v for k, v in e._asdict().items() if v is not None}
 
 
 def _streak_json(s: Streak) -> dict[str, Any]:

@@ -191,7 +191,7 @@ def test_parser_raises_only_not_metrics(text):
     except NotMetrics:
         return
     for e in r.engines.values():
-        for value in (v for v in e.__dict__.values() if v is not None):
+        for value in (v for v in e._asdict().values() if v is not None):
             assert value is not None and value == value and abs(float(value)) <= 2.0**53
 
 

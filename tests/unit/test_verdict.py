@@ -72,7 +72,7 @@ FROZEN = eng(2, 2, kv=0.5)
     ("prompt_tokens", 501.0), ("finished", 11.0), ("kv_cache", 0.51),
 ])
 def test_any_single_signal_is_progress(field, value):
-    moved = EngineReading(**{**FROZEN.__dict__, field: value})
+    moved = EngineReading(**{**FROZEN._asdict(), field: value})
     v = run([(0, reading(FROZEN)), (60, reading(moved))])
     assert v[1].word == "busy"
 
@@ -123,10 +123,10 @@ def test_the_probe_own_footprint_is_not_progress():
     st = after_probe(v0, ProbeOutcome(ANSWERED, 0.05, prompt_tokens=2, completion_tokens=1), None, S, T0).memory
     # next run: work present, and only our probe's tokens moved: no proof of progress
     moved_by_probe = eng(1, 0, steps=101, gen=1001, prompt=502, done=11)
-    moved_by_probe = EngineReading(**{**moved_by_probe.__dict__, "step_tokens": 500 + 3})
+    moved_by_probe = EngineReading(**{**moved_by_probe._asdict(), "step_tokens": 500 + 3})
     v = assess(st, reading(moved_by_probe), S, T0 + 60)
     assert v.word == "stalling"
-    more = EngineReading(**{**moved_by_probe.__dict__, "generation_tokens": 1005.0})
+    more = EngineReading(**{**moved_by_probe._asdict(), "generation_tokens": 1005.0})
     assert assess(st, reading(more), S, T0 + 60).word == "busy"
 
 
@@ -191,10 +191,10 @@ def test_probe_refused_is_down():
 @pytest.mark.parametrize("after", [
     reading(eng(2, 2), start=T0 - 10),  # new process start time
     reading(eng(2, 2, steps=5, gen=10, prompt=3, done=0), start=None),  # counters went backwards
-    Reading(engines={"0": EngineReading(**{**FROZEN.__dict__, "created": T0 + 50})}, process_start=None),
+    Reading(engines={"0": EngineReading(**{**FROZEN._asdict(), "created": T0 + 50})}, process_start=None),
 ])
 def test_restart_is_never_compared(after):
-    before = Reading(engines={"0": EngineReading(**{**FROZEN.__dict__, "created": T0 - 900})},
+    before = Reading(engines={"0": EngineReading(**{**FROZEN._asdict(), "created": T0 - 900})},
                      process_start=None if after.process_start is None else T0 - 1000)
     v = run([(0, reading(FROZEN)), (60, reading(FROZEN)), (120, before), (180, after)])
     assert v[3].word == "restarted" and v[3].code == OK
@@ -292,7 +292,7 @@ def test_malformed_state_is_a_baseline_not_a_crash(garbage):
 def test_our_own_probe_is_not_reported_as_throughput():
     v0 = run([(0, reading(eng()))])[0]
     st = after_probe(v0, ProbeOutcome(ANSWERED, 0.05, prompt_tokens=2, completion_tokens=1), None, S, T0).memory
-    after = EngineReading(**{**eng().__dict__, "steps": 101.0, "generation_tokens": 1001.0, "prompt_tokens": 502.0,
+    after = EngineReading(**{**eng()._asdict(), "steps": 101.0, "generation_tokens": 1001.0, "prompt_tokens": 502.0,
                              "finished": 11.0})
     v = assess(st, reading(after), S, T0 + 60)
     assert v.word == "idle"
