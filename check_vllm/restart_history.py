@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from .restart_policy import CLOCK_SLACK
 from .statefile import StateFile, marker_path
 
 #: Restarts kept on record (the breaker looks at one hour; the rest is for people).
@@ -65,3 +66,18 @@ def load_history(store: StateFile) -> tuple[list[dict[str, Any]], str | None]:
     if problem is None and len(entries) < len(listed):
         problem = f"{len(listed) - len(entries)} unusable {store.what} entries dropped"
     return entries[-HISTORY_KEEP:], problem
+
+
+def bring_back(entries: list[dict[str, Any]], now: float) -> str | None:
+    """Restarts dated in the future (the clock stepped back since they were written) are dated `now`,
+    in place: the cooldown and the breaker then count them from the moment the step was seen. Left as
+    they were, they would refuse every restart until the clock caught up, hours for a large step.
+    Says what it changed, or None."""
+    ahead = max((max(e["at"], e.get("done", e["at"])) - now for e in entries), default=0.0)
+    if ahead <= CLOCK_SLACK:
+        return None
+    for e in entries:
+        e["at"] = min(e["at"], now)
+        if "done" in e:
+            e["done"] = min(e["done"], now)
+    return f"restart history dated up to {ahead:.0f} s in the future (the clock stepped back): counted from now"

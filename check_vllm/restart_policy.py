@@ -19,7 +19,8 @@ from .values import Remembered
 from .vocab import CODE_NAMES, CRITICAL, PROXY, RESTARTABLE
 
 HOUR = 3600.0
-#: A verdict written this far in the future (clock steps between hosts/processes) is still accepted.
+#: A verdict or a restart dated this far in the future (clock steps between hosts/processes) is still taken
+#: as written; beyond it, the clock stepped back.
 CLOCK_SLACK = 5.0
 
 

@@ -150,6 +150,31 @@ def test_cooldown_then_circuit_breaker(tmp_path):
         time.sleep(0.6)
 
 
+def test_a_restart_dated_in_the_future_counts_from_now_not_until_the_clock_catches_up(tmp_path):
+    """The clock stepped back an hour after a restart: one cooldown from then, not an hour of refusals."""
+    plant_verdict(tmp_path, "stuck", 2, age=0.0)
+    assert handler(tmp_path, "--cooldown", "0").returncode == 0 and restarts(tmp_path) == 1
+    path = history_path(tmp_path / "state", URL)
+    doc = json.loads(path.read_text())
+    for e in doc["data"]["restarts"]:
+        e["at"], e["done"] = e["at"] + 3600, e["done"] + 3600  # as a clock 1 h fast wrote it
+    path.write_text(json.dumps(doc))
+
+    time.sleep(0.05)
+    plant_verdict(tmp_path, "stuck", 2, age=0.0)
+    seen = handler(tmp_path, "--cooldown", "1")
+    assert restarts(tmp_path) == 1, seen.stdout
+    assert "in the future (the clock stepped back): counted from now" in seen.stdout, seen.stdout
+    [entry] = json.loads(path.read_text())["data"]["restarts"]
+    assert abs(entry["at"] - time.time()) < 30 and abs(entry["done"] - time.time()) < 30, entry
+
+    time.sleep(1.1)
+    plant_verdict(tmp_path, "stuck", 2, age=0.0)  # a check of the server since the step: still stuck
+    later = handler(tmp_path, "--cooldown", "1")
+    assert later.returncode == 0 and restarts(tmp_path) == 2, later.stdout
+    assert ": restarted: verdict 'stuck'" in later.stdout, later.stdout
+
+
 @pytest.mark.parametrize("word, state", [("busy", 0), ("stalling", 1), ("unresponsive", 1), ("idle", 0)])
 def test_healthy_or_unproven_verdicts_never_restart(tmp_path, word, state):
     plant_verdict(tmp_path, word, state)
