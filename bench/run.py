@@ -21,8 +21,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import socket
@@ -34,7 +32,7 @@ import tempfile
 import threading
 import time
 import timeit
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -236,57 +234,6 @@ def bench_traffic(state: Path) -> dict[str, dict[str, Any]]:
 
 # --------------------------------------------------------------------------- a real vLLM, when there is one
 
-HEAVY_LOCK = Path("/tmp/check_vllm-heavy.lock")
-
-
-def _ancestors() -> set[int]:
-    out, pid = set(), os.getpid()
-    while pid > 1:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            break
-        pid = int(stat[stat.rfind(")") + 2:].split()[1])
-        out.add(pid)
-    return out
-
-
-def _held_by_an_ancestor(path: Path) -> bool:
-    """True when a process this one descends from holds the flock on `path` (`flock LOCK tox -e bench`)."""
-    try:
-        inode = os.stat(path).st_ino
-        locks = Path("/proc/locks").read_text().splitlines()
-    except OSError:
-        return False
-    holders = {int(f[4]) for f in (line.split() for line in locks)
-               if len(f) > 5 and f[1] == "FLOCK" and f[5].rsplit(":", 1)[-1] == str(inode)}
-    return bool(holders & _ancestors())
-
-
-@contextlib.contextmanager
-def heavy_lock(wait: float) -> Iterator[bool]:
-    """The machine-wide lock every real-vLLM run takes (two real servers on 2 cores starve everything):
-    True once held (or already held by whoever started us), False if not had within `wait` seconds."""
-    fd = os.open(HEAVY_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        if _held_by_an_ancestor(HEAVY_LOCK):
-            yield True
-            return
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    yield False
-                    return
-                time.sleep(1.0)
-        yield True
-    finally:
-        os.close(fd)  # releases the lock
-
-
 def _cpu_ticks(pid: int) -> int:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rfind(")") + 2:].split()
@@ -298,6 +245,7 @@ def bench_real(state: Path, runs: int, wait: float) -> dict[str, float] | str:
     venv = Path(os.environ.get("VLLM_VENV") or Path.home() / ".cache" / "check_vllm" / "vllm-venv")
     if not (venv / "bin" / "python").exists():
         return f"no real vLLM venv at {venv} (run .ci/vllm-env.sh to create it): not measured"
+    from tests.heavy_lock import HeavyLock
     from tests.real_vllm.server import (
         CACHE_DIR,
         VllmServer,
@@ -308,9 +256,10 @@ def bench_real(state: Path, runs: int, wait: float) -> dict[str, float] | str:
         idle,
     )
 
-    with heavy_lock(wait) as held:
-        if not held:
-            return f"another real-vLLM run held {HEAVY_LOCK} for {wait:.0f} s: not measured"
+    lock = HeavyLock(timeout=wait, say=lambda msg: print(f"   {msg}", flush=True))
+    if not lock.take():
+        return f"another real-vLLM run held {lock.path} for {wait:.0f} s: not measured"
+    try:
         try:
             model = ensure_tiny_model(venv)
             srv = VllmServer(venv, model, port=free_port(), log_path=CACHE_DIR / "logs" / "bench-real.log")
@@ -321,6 +270,8 @@ def bench_real(state: Path, runs: int, wait: float) -> dict[str, float] | str:
             return _measure_real(srv, state, runs, idle)
         finally:
             srv.stop()
+    finally:
+        lock.release()
 
 
 def _measure_real(srv: Any, state: Path, runs: int, idle: Callable[[str], bool]) -> dict[str, float]:

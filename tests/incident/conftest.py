@@ -24,7 +24,7 @@ import pytest
 from tests.monitoring.harness import ensure_installed, free_port
 from tests.real_vllm.server import VllmSetupError, ensure_tiny_model, ensure_venv
 
-from .heavy_lock import HeavyLock
+from ..heavy_lock import HeavyLock
 from .incident import IcingaWithTimes, Watchdog, World, plugin_dir, service_conf, summary
 from .supervisor import Supervisord, SupervisorError
 

@@ -6,6 +6,7 @@ Run with:  python -m pytest tests/real_vllm -m real_vllm -q -p no:cacheprovider
 Policy: nothing here skips. If vLLM cannot be installed (.ci/vllm-env.sh), the model cannot be generated,
 or the server does not start, every test using `vllm_server` FAILS with the reason and the log tail.
 The first run installs vLLM into a cached venv (~2 min, ~3.4 GB); later runs reuse it (< 1 s).
+The server runs under the machine's heavy lock (tests/heavy_lock.py), as in every real-vLLM tier.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ..heavy_lock import HeavyLock
 from .server import CACHE_DIR, VllmServer, VllmSetupError, VllmStartError, ensure_tiny_model, ensure_venv, free_port
 
 HERE = Path(__file__).resolve().parent
@@ -65,7 +67,15 @@ def tiny_model(vllm_venv) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(vllm_venv, tiny_model):
+def heavy():
+    """The machine's real-vLLM lock, for as long as the session's server lives."""
+    with HeavyLock(say=lambda msg: print(msg, flush=True)) as lock:
+        TIMINGS[f"heavy lock ({lock.how})"] = lock.waited
+        yield
+
+
+@pytest.fixture(scope="session")
+def vllm_server(heavy, vllm_venv, tiny_model):
     """A started VllmServer (tiny-llama, --max-num-seqs 2) on a free loopback port, stopped at the end."""
     log_dir = CACHE_DIR / "logs"
     port = free_port()

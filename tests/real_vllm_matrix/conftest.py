@@ -27,7 +27,8 @@ import pytest
 
 from tests.real_vllm.server import CACHE_DIR, VllmSetupError, VllmStartError, ensure_tiny_model, free_port
 
-from .harness import NOTES, ReleaseServer, ensure_matrix, heavy_lock, releases
+from ..heavy_lock import HeavyLock
+from .harness import NOTES, ReleaseServer, ensure_matrix, releases
 from .runs import Check, runner
 
 HERE = Path(__file__).resolve().parent
@@ -120,8 +121,8 @@ def write_matrix_json(path: Path) -> None:
 
 @pytest.fixture(scope="session")
 def heavy():
-    with heavy_lock() as how:
-        TIMINGS[f"heavy lock ({how})"] = 0.0
+    with HeavyLock() as lock:
+        TIMINGS[f"heavy lock ({lock.how})"] = lock.waited
         yield
 
 

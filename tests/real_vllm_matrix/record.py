@@ -27,6 +27,7 @@ from pathlib import Path
 if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.heavy_lock import HeavyLock  # noqa: E402
 from tests.real_vllm.server import (  # noqa: E402
     CACHE_DIR,
     REPO_ROOT,
@@ -35,7 +36,7 @@ from tests.real_vllm.server import (  # noqa: E402
     neutralize,
     sample_sum,
 )
-from tests.real_vllm_matrix.harness import ReleaseServer, ensure_matrix, heavy_lock, releases  # noqa: E402
+from tests.real_vllm_matrix.harness import ReleaseServer, ensure_matrix, releases  # noqa: E402
 
 OUT = REPO_ROOT / "tests" / "fixtures" / "real"
 ENGINE = ["vllm:iteration_tokens_total_count", "vllm:iteration_tokens_total_sum",
@@ -133,7 +134,7 @@ def main(argv: list[str]) -> int:
     wanted = argv[1:] or releases()
     t0 = time.monotonic()
     failed = False
-    with heavy_lock():
+    with HeavyLock():
         venv, overlays = ensure_matrix(wanted)
         model = ensure_tiny_model(venv)
         for rel in wanted:

@@ -1,7 +1,8 @@
 """One real vLLM at a time on this machine: an exclusive flock on /tmp/check_vllm-heavy.lock.
 
-Every tier that starts a real vLLM takes it for as long as its server lives, so two of them never
-starve each other (and everything else) on 2 cores. People and CI also run whole tiers under
+Every tier that starts a real vLLM (real-vllm, real-vllm-matrix, incident, the bench's real figures)
+takes it for as long as its servers live, so two of them never starve each other (and everything
+else) on 2 cores. This is the one implementation they share. People and CI also run whole tiers under
 `flock /tmp/check_vllm-heavy.lock tox -e incident`: then the lock is already held by an ANCESTOR of
 this process (flock(1) holds it while its command runs), and taking it again would wait for
 ourselves forever. /proc/locks names the process that holds it; if that is one of our ancestors we
@@ -72,7 +73,8 @@ class HeavyLock:
         self.how = ""
         self.waited = 0.0
 
-    def __enter__(self) -> HeavyLock:
+    def take(self) -> bool:
+        """Hold the lock (or find an ancestor holding it); False if neither within the timeout."""
         t0 = time.monotonic()
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
         told = False
@@ -95,13 +97,21 @@ class HeavyLock:
                 told = True
             if time.monotonic() - t0 > self.timeout:
                 os.close(fd)
-                raise TimeoutError(f"{self.path} still held after {self.timeout:g} s")
+                return False
             time.sleep(2.0)
         self.waited = time.monotonic() - t0
-        return self
+        return True
 
-    def __exit__(self, *exc) -> None:
+    def release(self) -> None:
         if self.fd is not None:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None
+
+    def __enter__(self) -> HeavyLock:
+        if not self.take():
+            raise TimeoutError(f"{self.path} still held after {self.timeout:g} s")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
