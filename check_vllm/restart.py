@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 
 from . import __version__, memory, statusline
 from .args import Parser, UsageError, check_url, number
-from .restart_history import HISTORY_KEEP, bring_back, history_path, load_history
+from .restart_history import HISTORY_KEEP, bring_back, counted_from, history_path, load_history
 from .restart_policy import HOUR, Decision, Event, Policy, decide, screen
 from .statefile import StateBusy, StateError, StateFile, check_file, default_dir, marker_path, target_key, write_json
 from .vocab import CODE_NAMES, LOCK_TIMEOUT
@@ -179,9 +179,7 @@ def handle(args: argparse.Namespace, event: Event, command: list[str], log: Logg
                 history.save({"restarts": entries})
             except StateError as err:
                 hist_problem = f"{hist_problem} (not saved: {err})"
-        # A restart counts from when its command finished (if it did): a verdict written while the old
-        # process was being stopped is still a verdict about the old process.
-        times = [max(e["at"], e.get("done", 0.0)) for e in entries]
+        times = [counted_from(e) for e in entries]
         decision = decide(event, verdict, problem, times, policy, now)
         if hist_problem:  # said whether or not it acts: the guards decided on what was left of the history
             decision = Decision(decision.act, f"{decision.why}; {hist_problem}", decision.kind)

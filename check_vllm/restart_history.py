@@ -68,12 +68,18 @@ def load_history(store: StateFile) -> tuple[list[dict[str, Any]], str | None]:
     return entries[-HISTORY_KEEP:], problem
 
 
+def counted_from(entry: dict[str, Any]) -> float:
+    """When a restart counts: from when its command finished, if it did (a verdict written while the old
+    process was being stopped is still a verdict about the old process)."""
+    return max(entry["at"], entry.get("done", entry["at"]))
+
+
 def bring_back(entries: list[dict[str, Any]], now: float) -> str | None:
     """Restarts dated in the future (the clock stepped back since they were written) are dated `now`,
     in place: the cooldown and the breaker then count them from the moment the step was seen. Left as
     they were, they would refuse every restart until the clock caught up, hours for a large step.
     Says what it changed, or None."""
-    ahead = max((max(e["at"], e.get("done", e["at"])) - now for e in entries), default=0.0)
+    ahead = max((counted_from(e) - now for e in entries), default=0.0)
     if ahead <= CLOCK_SLACK:
         return None
     for e in entries:

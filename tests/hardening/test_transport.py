@@ -103,18 +103,24 @@ def _tls_server(tmp: Path, sim: Simulator, **names: tuple[str, ...]) -> tuple[Lo
     return Loopback({"GET /metrics": metrics_from(sim_page(sim))}, tls=ctx), cert
 
 
+def _verified_only(check, url: str, cert: Path, tls: Loopback) -> None:
+    """`url` leads to `tls`, whose self-signed `cert` no default CA trusts: unreachable, nothing sent to
+    it, until --ca-file trusts it or --insecure waives the check."""
+    r = check("-u", url, *FAST)
+    assert (r.code, r.word) == (UNKNOWN, "unreachable"), r.out
+    assert "TLS handshake failed (CERTIFICATE_VERIFY_FAILED)" in r.status
+    assert tls.seen == []
+    r = check("-u", url, "--ca-file", str(cert), *FAST)
+    assert (r.code, r.word) == (OK, "idle"), r.out
+    r = check("-u", url, "--insecure", *FAST)
+    assert (r.code, r.word) == (OK, "idle"), r.out
+
+
 def test_tls_self_signed_without_ca_file_is_unreachable_not_down(check, tmp_path):
     with Simulator(scenario="idle") as sim:
         srv, cert = _tls_server(tmp_path, sim)
         with srv:
-            r = check("-u", srv.url, *FAST)
-            assert (r.code, r.word) == (UNKNOWN, "unreachable"), r.out
-            assert "TLS handshake failed (CERTIFICATE_VERIFY_FAILED)" in r.status
-            assert srv.seen == []
-            r = check("-u", srv.url, "--ca-file", str(cert), *FAST)
-            assert (r.code, r.word) == (OK, "idle"), r.out
-            r = check("-u", srv.url, "--insecure", *FAST)
-            assert (r.code, r.word) == (OK, "idle"), r.out
+            _verified_only(check, srv.url, cert, srv)
 
 
 def test_tls_certificate_for_another_name_is_unreachable_not_down(check, tmp_path):
@@ -137,14 +143,7 @@ def test_redirect_from_http_to_https_is_verified_not_trusted(check, tmp_path):
     with Simulator(scenario="idle") as sim:
         tls, cert = _tls_server(tmp_path, sim)
         with tls, Loopback({"GET /metrics": _redirect(tls.url + "/metrics")}) as srv:
-            r = check("-u", srv.url, *FAST)
-            assert (r.code, r.word) == (UNKNOWN, "unreachable"), r.out
-            assert "TLS handshake failed (CERTIFICATE_VERIFY_FAILED)" in r.status
-            assert tls.seen == []
-            r = check("-u", srv.url, "--ca-file", str(cert), *FAST)
-            assert (r.code, r.word) == (OK, "idle"), r.out
-            r = check("-u", srv.url, "--insecure", *FAST)
-            assert (r.code, r.word) == (OK, "idle"), r.out
+            _verified_only(check, srv.url, cert, tls)
 
 
 @pytest.mark.parametrize("content", [b"this is not a certificate\n", None], ids=["not PEM", "missing"])
