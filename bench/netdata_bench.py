@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from netdata_plugin.install import install  # noqa: E402
+from check_vllm.netdata.install import install  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -60,7 +60,7 @@ def main() -> int:
     args = ap.parse_args()
 
     port = free_port()
-    sim = subprocess.Popen([sys.executable, "-m", "check_vllm.simulator", "--port", str(port), "--scenario",
+    sim = subprocess.Popen([sys.executable, "-m", "vllm_simulator", "--port", str(port), "--scenario",
                             args.scenario], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):

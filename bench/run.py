@@ -39,17 +39,17 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from check_vllm import memory
-from check_vllm.reading import parse
-from check_vllm.simulator import Simulator
-from check_vllm.statefile import check_file
-from check_vllm.values import Instant, Memory
+from check_vllm.contract.values import Instant, Memory
+from check_vllm.memory import codec as memory
+from check_vllm.memory.statefile import check_file
+from check_vllm.server.reading import parse
+from vllm_simulator import Simulator
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # tests.real_vllm.server: the harness that starts a real vLLM
 REAL = ROOT / "tests" / "fixtures" / "real" / "saturated.txt"
 FLOOR = [sys.executable, "-c", "import httpx, nagiosplugin, prometheus_client.parser"]
-#: The floor without prometheus_client, which a run no longer imports (check_vllm.promtext parses).
+#: The floor without prometheus_client, which a run no longer imports (check_vllm.server.promtext parses).
 BASE = [sys.executable, "-c", "import httpx, nagiosplugin"]
 #: That plus the transport any request loads (httpx imports httpcore and h11 only on a first client).
 TRANSPORT = [sys.executable, "-c", "import sys; sys.modules.update(trio=None, anyio=None); "
@@ -58,14 +58,14 @@ TRANSPORT = [sys.executable, "-c", "import sys; sys.modules.update(trio=None, an
 #: every check_vllm module it loads), and nothing run: the rest of a run is the run itself.
 MODULES = [sys.executable, "-c", "import sys, ssl; sys.modules.update(trio=None, anyio=None); "
            "import httpx, nagiosplugin, argparse; httpx.Client(verify=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)).close(); "
-           "import check_vllm.cli, check_vllm.plugin, check_vllm.fetch, check_vllm.statefile"]
+           "import check_vllm.nagios.cli, check_vllm.nagios.plugin, check_vllm.server.fetch, check_vllm.memory.statefile"]
 
 
 def check_cmd() -> list[str]:
     script = Path(sysconfig.get_path("scripts")) / "check_vllm"
     if script.exists():
         return [sys.executable, str(script)]
-    return [sys.executable, "-c", "from check_vllm.cli import main; main()"]
+    return [sys.executable, "-c", "from check_vllm.nagios.cli import main; main()"]
 
 
 #: As installed: pip compiles bytecode at install time, so let the warm-up runs write it (an editable
@@ -336,7 +336,7 @@ def main() -> None:
               f"{(w['modules'] - w['transport']) / f * 100:+.0f}; the run itself (arguments, state file, one GET, "
               f"parse, verdict, output) {(w['run'] - w['modules']) / f * 100:+.0f}\n")
 
-        print("2. parse time per page: family pre-filter (check_vllm.reading.parse) vs prometheus_client alone")
+        print("2. parse time per page: family pre-filter (check_vllm.server.reading.parse) vs prometheus_client alone")
         print(f"   {'page':40} {'bytes':>8} {'filtered':>10} {'full':>10} {'speed-up':>9}")
         for name, size, filtered, full in bench_parse(args.reps):
             print(f"   {name:40} {size:8d} {filtered * 1000:8.2f} ms {full * 1000:8.2f} ms {full / filtered:8.1f}x")

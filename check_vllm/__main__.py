@@ -1,5 +1,5 @@
 """`python -m check_vllm` is the check itself."""
 
-from .cli import main
+from check_vllm.nagios.cli import main
 
 main()

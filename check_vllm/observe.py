@@ -5,7 +5,7 @@ only sequences calls against the deadline: what to do next is the verdict's `act
 judge; each request gets a timeout cut to what is left of the caller's deadline, so a slow server
 earns a specific verdict ("unresponsive") instead of the caller's blunt time-out.
 
-Each read asks for the restricted /metrics page (check_vllm.api). A server whose restricted page fails
+Each read asks for the restricted /metrics page (check_vllm.server.api). A server whose restricted page fails
 where the whole page works is read by the whole page from then on (the memory says since when; the
 run that found out re-reads at once and loses nothing), and asked the restricted page again after
 RESTRICTED_RETRY: a server may be upgraded.
@@ -20,12 +20,12 @@ from typing import NamedTuple
 
 import httpx
 
-from . import api, clock
-from .fetch import Endpoint, FetchError
-from .judge import assess
-from .proof import elapsed, instant
-from .values import CUT_SHORT, REJECTED, Failure, Instant, Memory, ProbeOutcome, Reading, Verdict
-from .vocab import NO_METRICS, PROBE, PROXY, REREAD, RUN_TIMEOUT, Options, Settings
+from check_vllm.contract.values import CUT_SHORT, REJECTED, Failure, Instant, Memory, ProbeOutcome, Reading, Verdict
+from check_vllm.contract.vocab import NO_METRICS, PROBE, PROXY, REREAD, RUN_TIMEOUT, Options, Settings
+from check_vllm.judge.assess import assess
+from check_vllm.judge.proof import elapsed, instant
+from check_vllm.server import api, clock
+from check_vllm.server.fetch import Endpoint, FetchError
 
 
 class Observation(NamedTuple):
@@ -119,7 +119,7 @@ def observe(
 def _silence(memory: Memory, failure: Failure, settings: Settings, now: Instant | float,
              marker: float | None = None) -> Verdict:
     """A run without a reading, judged (imported here: a run that got its reading never loads that judge)."""
-    from .judge_silence import assess_failure
+    from check_vllm.judge.silence import assess_failure
 
     return assess_failure(memory, failure, settings, now, marker)
 
@@ -150,7 +150,9 @@ def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: float |
         got, verdict = again, assess(verdict.memory, again, settings, now())
 
     if verdict.action == PROBE and options.probe and may_probe():
-        from .judge_probe import after_probe  # only an idle engine's run gets here: a busy one-shot run never loads it
+        from check_vllm.judge.probe import (
+            after_probe,  # only an idle engine's run gets here: a busy one-shot run never loads it
+        )
 
         outcome = calls.probe(options.model or got.model)
         probed = after_probe(verdict, outcome, None, settings, now())

@@ -7,7 +7,7 @@
 README, not a test (not run by CI or tox). It installs nothing: without Debian's netdata or chromium, or
 check_vllm's dependencies, it says what to run and exits 2. What it does, all on 127.0.0.1:
 
-1. starts the vLLM simulator (check_vllm.simulator, scenario "busy": 2 running, 3 waiting, tokens moving);
+1. starts the vLLM simulator (vllm_simulator, scenario "busy": 2 running, 3 waiting, tokens moving);
 2. starts a real Netdata 1.37 with our vllm.plugin and health file (tests/netdata/agent.py: RAM database,
    every other plugin off), one job `sim` with stuck_readings = 2 and stuck_seconds = 15;
 3. charts busy for --busy seconds, freezes the engine (scenario "stuck": work present, no counter moves)
@@ -40,8 +40,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 try:
-    from check_vllm.simulator import Simulator
     from tests.netdata.agent import Agent, NetdataError, netdata_binary
+    from vllm_simulator import Simulator
 except ImportError as err:  # e.g. prometheus_client: this interpreter lacks check_vllm's dependencies
     print(f"netdata_screenshot: {err}: run it with a Python that has check_vllm installed "
           f"(`pip install -e {REPO}`, or {REPO}/.tox/py3/bin/python after `tox -e py3`)", file=sys.stderr)

@@ -3,7 +3,7 @@ never drift:
 
 - the real /metrics pages in tests/fixtures/real/<release>/ (tests/real_vllm_matrix/record.py; 0.32.0's are
   tests/fixtures/real/*.txt, tests/real_vllm/record_fixtures.py): which metric names each release uses, and
-  what the check's own judge makes of its restart (through check_vllm.judge, as the check would);
+  what the check's own judge makes of its restart (through check_vllm.judge.assess, as the check would);
 - tests/fixtures/real/matrix.json (written by `tox -e real-vllm-matrix`): which releases passed which
   scenarios against a real server.
 
@@ -93,10 +93,10 @@ def names_of(text: str) -> dict[str, str]:
 def restart_reason(d: Path) -> str:
     """What the check's judge says about the recorded restart (saturated -> restarted), in its own words."""
     sys.path.insert(0, str(ROOT))
-    from check_vllm.judge import assess
-    from check_vllm.reading import parse
-    from check_vllm.values import Memory
-    from check_vllm.vocab import Settings
+    from check_vllm.contract.values import Memory
+    from check_vllm.contract.vocab import Settings
+    from check_vllm.judge.assess import assess
+    from check_vllm.server.reading import parse
 
     before, after = parse((d / "saturated.txt").read_text()), parse((d / "restarted.txt").read_text())
     now = max(r.process_start or 0.0 for r in (before, after)) + 60.0

@@ -17,7 +17,7 @@ START, END = "<!-- usage:start -->", "<!-- usage:end -->"
 def usage() -> str:
     import os
 
-    from check_vllm.cli import parser
+    from check_vllm.nagios.cli import parser
 
     os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: pin it so the output is stable
 

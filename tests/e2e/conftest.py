@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.simulator import Simulator
+from vllm_simulator import Simulator
 
 CHECK = shutil.which("check_vllm") or ""
 PERF = re.compile(r"^[a-z_]+=(U|-?[0-9]+(\.[0-9]+)?(%|s)?)(;[^;\s]*){0,4}$")

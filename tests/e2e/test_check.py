@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from check_vllm.simulator import Simulator
-from check_vllm.vocab import CRITICAL, OK, UNKNOWN, WARNING  # noqa: E402
+from check_vllm.contract.vocab import CRITICAL, OK, UNKNOWN, WARNING  # noqa: E402
+from vllm_simulator import Simulator
 
 from .conftest import FAST
 

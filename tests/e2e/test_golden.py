@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from check_vllm.simulator import Simulator
+from vllm_simulator import Simulator
 
 from .conftest import FAST
 

@@ -1,7 +1,7 @@
 """Ask the server for only what the check reads (issue 12 part 1), end to end.
 
 vLLM serves /metrics twice: its own route (the whole page, ~50 KB) and prometheus_client's app mounted at
-/metrics/, which honours `name[]`. The check asks the latter for the samples check_vllm.reading reads; a
+/metrics/, which honours `name[]`. The check asks the latter for the samples check_vllm.server.reading reads; a
 server that does not serve it as asked is read by its whole page in the same run, from then on, and is
 asked again after an hour. The installed check against the simulator (which serves both like vLLM) and
 loopback servers that serve one, the other, or neither.
@@ -19,17 +19,17 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from check_vllm import api, reading
-from check_vllm.memory import from_json, to_json
+from check_vllm.contract.values import Instant, Memory
+from check_vllm.contract.vocab import OK, WARNING
+from check_vllm.memory.codec import from_json, to_json
+from check_vllm.memory.statefile import check_file
+from check_vllm.netdata.collector import JobCollector
+from check_vllm.netdata.config import Job
 from check_vllm.observe import RESTRICTED_RETRY
-from check_vllm.reading import parse
-from check_vllm.simulator import Simulator
-from check_vllm.statefile import check_file
-from check_vllm.values import Instant, Memory
-from check_vllm.vocab import OK, WARNING
-from netdata_plugin.collector import JobCollector
-from netdata_plugin.config import Job
+from check_vllm.server import api, reading
+from check_vllm.server.reading import parse
 from tests.hardening.conftest import Answer, Loopback, answer
+from vllm_simulator import Simulator
 
 from .conftest import FAST
 

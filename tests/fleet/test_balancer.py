@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.simulator import Simulator
+from vllm_simulator import Simulator
 
 from ..monitoring.harness import wait_for
 from .common import CRITICAL, OK, WARNING, Result, run_check

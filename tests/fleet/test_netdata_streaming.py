@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.simulator import Simulator
+from vllm_simulator import Simulator
 
 from ..netdata.agent import Agent, NetdataError
 from .common import localise

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from check_vllm.simulator import Simulator
+from vllm_simulator import Simulator
 
 from ..e2e.conftest import FAST, Result
 
@@ -35,7 +35,7 @@ CHECK = str(_SCRIPT) if _SCRIPT.exists() else (shutil.which("check_vllm") or "")
 
 __all__ = ["CHECK", "FAST", "Loopback", "Outcome", "RawServer", "sane", "sim_page"]
 
-from check_vllm.vocab import CRITICAL, OK, UNKNOWN, WARNING  # noqa: E402  (one owner for the codes)
+from check_vllm.contract.vocab import CRITICAL, OK, UNKNOWN, WARNING  # noqa: E402  (one owner for the codes)
 
 STATUS = re.compile(r"^VLLM (OK|WARNING|CRITICAL|UNKNOWN) - \S")
 #: Far more than any honest status line; bounds what one run may print.

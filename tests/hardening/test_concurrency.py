@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.simulator import Simulator
+from vllm_simulator import Simulator
 
 from .conftest import OK, WARNING
 

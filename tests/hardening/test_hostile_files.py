@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from check_vllm.restart_history import history_path
-from check_vllm.simulator import Simulator
-from check_vllm.statefile import marker_path, state_path
+from check_vllm.memory.statefile import marker_path, state_path
+from check_vllm.restart.history import history_path
+from vllm_simulator import Simulator
 
 from .conftest import CRITICAL, FAST, OK, UNKNOWN, WARNING
 

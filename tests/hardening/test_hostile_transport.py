@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.simulator import Simulator
+from vllm_simulator import Simulator
 
 from .conftest import CRITICAL, FAST, OK, UNKNOWN, Answer, Loopback, answer
 from .test_transport import _tls_server

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from check_vllm.simulator import Simulator
+from vllm_simulator import Simulator
 
 from .conftest import CHECK, FAST, OK, UNKNOWN, Loopback, metrics_from, sim_page
 

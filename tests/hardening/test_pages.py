@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from check_vllm.simulator import Simulator
+from vllm_simulator import Simulator
 
 from .conftest import (
     CRITICAL,

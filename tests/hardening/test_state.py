@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from check_vllm.simulator import Simulator
-from check_vllm.statefile import state_path
+from check_vllm.memory.statefile import state_path
+from vllm_simulator import Simulator
 
 from .conftest import CRITICAL, FAST, OK, WARNING
 

@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from check_vllm.simulator import Simulator
-from check_vllm.statefile import state_path
+from check_vllm.memory.statefile import state_path
+from vllm_simulator import Simulator
 
 from .conftest import FAST, UNKNOWN, WARNING, Loopback, metrics_from, sim_page
 

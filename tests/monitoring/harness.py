@@ -78,7 +78,7 @@ class Simulator:
         self.log = log
         self.fh = open(log, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "check_vllm.simulator", "--host", "127.0.0.1", "--port", "0",
+            [sys.executable, "-u", "-m", "vllm_simulator", "--host", "127.0.0.1", "--port", "0",
              "--scenario", scenario], stdout=subprocess.PIPE, stderr=self.fh, text=True)
         line = self.proc.stdout.readline()
         if "listening on" not in line:
@@ -123,7 +123,7 @@ def plugin_dir(root: Path) -> Path:
         "import sys, time\n"
         f"with open({str(root / 'runs.log')!r}, 'a') as fh:\n"
         "    fh.write(f'{time.time():.3f} ' + ' '.join(sys.argv[1:]) + '\\n')\n"
-        "from check_vllm.cli import main\n"
+        "from check_vllm.nagios.cli import main\n"
         f"main([*sys.argv[1:], '--start-grace', '{START_GRACE:g}'])\n")
     shim.chmod(0o755)
     handler = shutil.which("check_vllm_restart")

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.memory import remembered
-from check_vllm.restart_history import history_path
-from check_vllm.restart_policy import Event, Policy, decide
-from check_vllm.statefile import StateFile, check_file, marker_path, read_marker, state_path, target_key
+from check_vllm.memory.codec import remembered
+from check_vllm.memory.statefile import StateFile, check_file, marker_path, read_marker, state_path, target_key
+from check_vllm.restart.history import history_path
+from check_vllm.restart.policy import Event, Policy, decide
 
 NOW = 1_800_000_000.0
 URL = "http://127.0.0.1:1"  # nothing listens on port 1: the real check says "down"

@@ -112,7 +112,7 @@ class Agent:
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         plugins = self.root / "plugins"
         # Our launcher, written by the installer operators use, with this interpreter pinned.
-        subprocess.run([sys.executable, "-m", "netdata_plugin.install", str(plugins)], check=True,
+        subprocess.run([sys.executable, "-m", "check_vllm.netdata.install", str(plugins)], check=True,
                        capture_output=True, cwd=REPO)
         (self.root / "etc" / "vllm.conf").write_text(self.vllm_conf)
         shutil.copy(CONTRIB / "health.d" / "vllm.conf", self.root / "etc" / "health.d" / "vllm.conf")

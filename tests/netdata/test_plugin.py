@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.vocab import WORDS
-from netdata_plugin import charts
-from netdata_plugin.collector import JobCollector, Output, run_job
-from netdata_plugin.config import Job
+from check_vllm.contract.vocab import WORDS
+from check_vllm.netdata import charts
+from check_vllm.netdata.collector import JobCollector, Output, run_job
+from check_vllm.netdata.config import Job
 
 from .conftest import Clock, masked
 

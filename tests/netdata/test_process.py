@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from netdata_plugin.config import load
-from netdata_plugin.install import install
+from check_vllm.netdata.config import load
+from check_vllm.netdata.install import install
 
 REPO = Path(__file__).resolve().parents[2]
 

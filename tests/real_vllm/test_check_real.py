@@ -36,7 +36,7 @@ from .server import VllmServer, group_members, idle, sample_sum, saturated
 pytestmark = pytest.mark.real_vllm
 
 CHECK = shutil.which("check_vllm") or ""
-from check_vllm.vocab import CRITICAL, OK, UNKNOWN, WARNING  # noqa: E402  (one owner for the codes)
+from check_vllm.contract.vocab import CRITICAL, OK, UNKNOWN, WARNING  # noqa: E402  (one owner for the codes)
 
 CODE_OF = {"OK": OK, "WARNING": WARNING, "CRITICAL": CRITICAL, "UNKNOWN": UNKNOWN}
 #: Seconds between readings the check accepts as a comparison; tests wait a bit longer between runs.

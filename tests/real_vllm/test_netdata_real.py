@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from netdata_plugin.collector import JobCollector
-from netdata_plugin.config import Job
+from check_vllm.netdata.collector import JobCollector
+from check_vllm.netdata.config import Job
 
 from .server import VllmServer, saturated
 from .test_check_real import LONG, ensure_idle

@@ -2,7 +2,7 @@
 
 vLLM 0.32 serves its whole page on /metrics (its own route: any query ignored) and mounts prometheus_client's
 app at /metrics/, which honours `name[]` by sample name. The check asks the latter for the samples
-check_vllm.reading reads. Here: that page holds every family the verdict uses; the check's verdicts on
+check_vllm.server.reading reads. Here: that page holds every family the verdict uses; the check's verdicts on
 an idle, a saturated and a frozen server are the same whichever page it reads; and the API server, whose
 event loop also serves the users, spends less CPU per check run on the restricted page (utime+stime of
 its process from /proc/PID/stat, before and after N runs of the installed check).
@@ -21,10 +21,11 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from check_vllm import api, memory, reading
-from check_vllm.reading import parse
-from check_vllm.statefile import check_file
-from check_vllm.values import Instant, Memory
+from check_vllm.contract.values import Instant, Memory
+from check_vllm.memory import codec as memory
+from check_vllm.memory.statefile import check_file
+from check_vllm.server import api, reading
+from check_vllm.server.reading import parse
 from tests.e2e.conftest import Result
 
 from .server import VllmServer, _stat_fields, parse_samples, saturated

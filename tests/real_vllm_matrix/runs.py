@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from check_vllm.vocab import CRITICAL, OK, UNKNOWN, WARNING
+from check_vllm.contract.vocab import CRITICAL, OK, UNKNOWN, WARNING
 from tests.e2e.conftest import Result
 from tests.real_vllm.server import VllmServer, sample_sum
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from check_vllm.vocab import CRITICAL, OK, WARNING
+from check_vllm.contract.vocab import CRITICAL, OK, WARNING
 from tests.real_vllm.server import CACHE_DIR, VllmStartError, free_port, parse_samples, proc_comm, sample_sum
 
 from .harness import NOTES, ServeServer, write_vllm_metadata

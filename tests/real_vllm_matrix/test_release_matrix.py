@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from check_vllm.vocab import CRITICAL, OK, WARNING
+from check_vllm.contract.vocab import CRITICAL, OK, WARNING
 from tests.real_vllm.server import group_members, idle, sample_sum, saturated
 
 from .harness import NOTES, ReleaseServer

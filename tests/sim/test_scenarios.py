@@ -12,8 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from check_vllm import demo
-from check_vllm.simulator import BY_NAME, SCENARIOS, TABLE, EngineMode, MetricsAnswer, Scenario, Simulator, main
+from vllm_simulator import BY_NAME, SCENARIOS, TABLE, EngineMode, MetricsAnswer, Scenario, Simulator, demo, main
 
 #: (running, waiting) each mode shows on an engine with 2 slots and no real requests.
 SHOWN: dict[EngineMode, tuple[float, float]] = {

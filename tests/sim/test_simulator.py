@@ -19,7 +19,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from check_vllm.simulator import (
+from vllm_simulator import (
     GENERATION_TOKENS_PER_SLOT_SECOND,
     PROMPT_TOKENS_PER_ENGINE_SECOND,
     SCENARIOS,
@@ -399,7 +399,7 @@ def test_scenarios_tuple_is_complete() -> None:
 def test_cli_prints_its_url_serves_and_exits_0_on_sigterm() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "check_vllm.simulator", "--port", "0", "--scenario", "busy", "--engines", "2"],
+        [sys.executable, "-m", "vllm_simulator", "--port", "0", "--scenario", "busy", "--engines", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
     try:

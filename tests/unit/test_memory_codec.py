@@ -8,10 +8,10 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from check_vllm import memory as codec
-from check_vllm.judge import assess
-from check_vllm.values import EngineReading, Memory, Reading
-from check_vllm.vocab import CRITICAL, Settings
+from check_vllm.contract.values import EngineReading, Memory, Reading
+from check_vllm.contract.vocab import CRITICAL, Settings
+from check_vllm.judge.assess import assess
+from check_vllm.memory import codec
 
 KEYS = ["reading", "previous", "stall", "unresponsive", "unanswered", "probe", "verdict", "whole_page",
         "at", "engines", "since", "count", "mono", "boot", "word", "state", "text", "running", "steps",

@@ -1,4 +1,4 @@
-"""check_vllm.promtext against prometheus_client's own parser (the reference it replaces in a run): the same
+"""check_vllm.server.promtext against prometheus_client's own parser (the reference it replaces in a run): the same
 samples from every recorded real page and from generated lines, the same refusals of broken lines."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from check_vllm.promtext import sample
+from check_vllm.server.promtext import sample
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 PAGES = sorted(REAL.rglob("*.txt"))

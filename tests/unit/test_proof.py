@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from check_vllm.judge import assess
-from check_vllm.judge_probe import after_probe
-from check_vllm.judge_silence import assess_failure
-from check_vllm.values import (
+from check_vllm.contract.values import (
     ENGINE_DEAD,
     MODELS_OK,
     NO_ANSWER,
@@ -22,7 +19,10 @@ from check_vllm.values import (
     ProbeOutcome,
     Reading,
 )
-from check_vllm.vocab import CRITICAL, DOWN, NO_METRICS, OK, PROXY, UNRESPONSIVE, WARNING, Settings
+from check_vllm.contract.vocab import CRITICAL, DOWN, NO_METRICS, OK, PROXY, UNRESPONSIVE, WARNING, Settings
+from check_vllm.judge.assess import assess
+from check_vllm.judge.probe import after_probe
+from check_vllm.judge.silence import assess_failure
 
 T0 = 1_700_000_000.0
 BOOT = "5b2c1e7e-0000-4000-8000-000000000001"

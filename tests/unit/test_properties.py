@@ -19,11 +19,7 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from check_vllm import memory as codec
-from check_vllm.judge import assess
-from check_vllm.judge_probe import after_probe
-from check_vllm.reading import NotMetrics, parse
-from check_vllm.values import (
+from check_vllm.contract.values import (
     ANSWERED,
     CUT_SHORT,
     NO_ANSWER,
@@ -34,7 +30,11 @@ from check_vllm.values import (
     ProbeOutcome,
     Reading,
 )
-from check_vllm.vocab import CRITICAL, OK, Settings
+from check_vllm.contract.vocab import CRITICAL, OK, Settings
+from check_vllm.judge.assess import assess
+from check_vllm.judge.probe import after_probe
+from check_vllm.memory import codec
+from check_vllm.server.reading import NotMetrics, parse
 
 ACTIONS = ("progress", "kv", "none", "none", "none", "restart")
 PROBES = ("ok", "no answer, no progress", "no answer, progress", "rejected", "refused", "cut short")

@@ -15,10 +15,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from check_vllm import memory as codec
-from check_vllm.judge import assess
-from check_vllm.judge_probe import after_probe
-from check_vllm.values import (
+from check_vllm.contract.values import (
     ANSWERED,
     ENGINE_DEAD,
     NO_ANSWER,
@@ -28,7 +25,10 @@ from check_vllm.values import (
     ProbeOutcome,
     Reading,
 )
-from check_vllm.vocab import CRITICAL, REREAD, Settings
+from check_vllm.contract.vocab import CRITICAL, REREAD, Settings
+from check_vllm.judge.assess import assess
+from check_vllm.judge.probe import after_probe
+from check_vllm.memory import codec
 
 BOOT = "boot-1"
 EVENTS = ("progress", "none", "none", "none", "cut page", "work arrives", "work leaves", "wall step")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from check_vllm.reading import NotMetrics, parse
+from check_vllm.server.reading import NotMetrics, parse
 
 V1 = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.judge import assess
-from check_vllm.reading import parse
-from check_vllm.values import Memory, Reading, Verdict
-from check_vllm.vocab import CRITICAL, OK, WARNING, Settings
+from check_vllm.contract.values import Memory, Reading, Verdict
+from check_vllm.contract.vocab import CRITICAL, OK, WARNING, Settings
+from check_vllm.judge.assess import assess
+from check_vllm.server.reading import parse
 from tests.e2e.conftest import Result
 
 PAGES = Path(__file__).resolve().parent.parent / "fixtures" / "real"

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from check_vllm import memory as codec
-from check_vllm.judge import assess
-from check_vllm.judge_probe import after_probe
-from check_vllm.judge_silence import assess_failure
-from check_vllm.values import (
+from check_vllm.contract.values import (
     ANSWERED,
     MODELS_OK,
     NO_ANSWER,
@@ -20,7 +16,11 @@ from check_vllm.values import (
     ProbeOutcome,
     Reading,
 )
-from check_vllm.vocab import CRITICAL, DOWN, OK, UNKNOWN, UNRESPONSIVE, WARNING, Settings
+from check_vllm.contract.vocab import CRITICAL, DOWN, OK, UNKNOWN, UNRESPONSIVE, WARNING, Settings
+from check_vllm.judge.assess import assess
+from check_vllm.judge.probe import after_probe
+from check_vllm.judge.silence import assess_failure
+from check_vllm.memory import codec
 
 S = Settings(stuck_readings=2, stuck_seconds=120.0, min_gap=2.0, max_age=3600.0)
 T0 = 1_700_000_000.0

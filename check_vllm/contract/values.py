@@ -1,0 +1,169 @@
+"""The values that flow through one observation: readings, failures, probe outcomes, memory, verdicts.
+
+The bottom layer: I/O modules return these, the judge takes and returns them, the front ends print
+them. Plain immutable values, no behaviour beyond a few derived numbers; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import NamedTuple
+
+#: The signals whose movement between two readings proves the engine did work.
+PROGRESS_FIELDS = ("steps", "step_tokens", "generation_tokens", "prompt_tokens", "finished", "kv_cache")
+#: Counters: they only grow within one process; going backwards means a new process.
+COUNTER_FIELDS = ("steps", "step_tokens", "generation_tokens", "prompt_tokens", "finished", "preemptions")
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})  # read-only: a shared default must not be mutable
+
+
+class EngineReading(NamedTuple):
+    """What one engine (one `engine` label value; "" on versions without it) showed. A NamedTuple, as
+    every value here: a frozen dataclass of this size costs a one-shot run ~3 ms just to define."""
+
+    running: float = 0.0
+    waiting: float = 0.0
+    steps: float | None = None
+    step_tokens: float | None = None
+    generation_tokens: float | None = None
+    prompt_tokens: float | None = None
+    finished: float | None = None
+    kv_cache: float | None = None  # fraction 0..1
+    preemptions: float | None = None
+    asleep: bool | None = None  # None: the version has no sleep gauge
+    created: float | None = None  # newest `_created` of its counters: the owning process's birth
+
+    @property
+    def work(self) -> float:
+        return self.running + self.waiting
+
+
+class Reading(NamedTuple):
+    """One scrape of /metrics."""
+
+    engines: Mapping[str, EngineReading] = MappingProxyType({})
+    process_start: float | None = None
+    model: str | None = None
+
+    @property
+    def work(self) -> float:
+        return sum(e.work for e in self.engines.values())
+
+
+#: Failure.models when /v1/models listed a model.
+MODELS_OK = "ok"
+
+
+class Failure(NamedTuple):
+    """/metrics gave no reading (or is not to be read, in proxy mode). `kind` is the verdict word it leads to."""
+
+    kind: str  # vocab.DOWN | UNREACHABLE | UNRESPONSIVE | NO_METRICS | PROXY
+    detail: str
+    #: How /v1/models fared when it was asked (no metrics, proxy): MODELS_OK, or DOWN / UNREACHABLE /
+    #: UNRESPONSIVE as for /metrics; None when it was not asked.
+    models: str | None = None
+    model: str | None = None
+
+
+# What became of the 1-token probe: one kind, set where the answer is read.
+ANSWERED = "answered"
+REFUSED = "refused"  # connection refused: the server is down, not stuck
+REJECTED = "rejected"  # 4xx, or no model to ask for: the server answers, the probe proves nothing
+NO_ANSWER = "no answer"  # timed out, or 5xx: proof of a stall only if a re-read shows no progress
+ENGINE_DEAD = "engine dead"  # the API server says its engine died: a restart is what it needs
+CUT_SHORT = "cut short"  # no answer within what -t left, less than --probe-timeout: proves nothing
+
+
+class ProbeOutcome(NamedTuple):
+    kind: str
+    seconds: float
+    detail: str = ""
+    prompt_tokens: float = 0.0
+    completion_tokens: float = 0.0
+
+
+# --------------------------------------------------------------------------- time and memory: what one run leaves the next
+
+
+class Instant(NamedTuple):
+    """A moment on two clocks: the wall clock (for people and the handler) and the boot-time clock of one
+    boot, which no clock step moves: elapsed time is measured on it whenever both ends have it."""
+
+    wall: float
+    mono: float | None = None
+    boot: str | None = None
+
+
+class Streak(NamedTuple):
+    """A condition (no progress, no answer) that has held since `since` over `readings` readings."""
+
+    since: Instant
+    readings: float
+
+
+class Baseline(NamedTuple):
+    reading: Reading
+    at: Instant
+
+
+class Footprint(NamedTuple):
+    """What the check's own answered probe added to the counters, to be discounted on the next comparison."""
+
+    prompt_tokens: float
+    completion_tokens: float
+    at: float
+
+
+class Remembered(NamedTuple):
+    """The last verdict as the state file keeps it: the restart handler's evidence."""
+
+    word: str
+    code: int | None
+    text: str
+    at: float | None
+    engines: Mapping[str, str] = _EMPTY
+
+
+class Memory(NamedTuple):
+    baseline: Baseline | None = None
+    #: The baseline the current one replaced: a reading that continues it, not the current one, is a
+    #: second server behind the same URL (a load balancer), not a restart.
+    previous: Baseline | None = None
+    #: Per engine: work present and no progress.
+    stalls: Mapping[str, Streak] = MappingProxyType({})
+    #: /metrics (or, with --proxy, /v1/models) did not answer.
+    unresponsive: Streak | None = None
+    #: The idle probe went unanswered and nothing moved.
+    unanswered: Streak | None = None
+    probe: Footprint | None = None
+    last: Remembered | None = None
+    #: Since when this server is read by its whole /metrics page: its restricted page (check_vllm.server.api)
+    #: failed while the whole page worked. None: the restricted page is asked for.
+    whole_page: Instant | None = None
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+class Verdict(NamedTuple):
+    word: str
+    code: int  # the plugin exit code, vocab.OK .. CRITICAL
+    text: str
+    memory: Memory
+    #: vocab.PROBE or vocab.REREAD: what would settle the question; None when it is settled.
+    action: str | None = None
+    engines: Mapping[str, str] = _EMPTY
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache: float | None = None  # percent, the fullest engine
+    tokens_per_second: float | None = None
+    prompt_tokens_per_second: float | None = None
+    steps_per_second: float | None = None
+    stalled_seconds: float | None = None
+    probe_seconds: float | None = None
+
+    @property
+    def summary(self) -> str:
+        """The status text: the word first, then what it rests on."""
+        return f"{self.word}: {self.text}" if self.text else self.word

@@ -1,0 +1,246 @@
+"""The decision on a /metrics reading: (memory, reading, settings, now) -> Verdict, carrying the next memory.
+
+Pure: no I/O, no clock, no httpx, no nagiosplugin. The check keeps the memory in a file between
+runs and the Netdata collector keeps it in memory; both call these functions, so they never disagree.
+
+Work present plus movement of ANY progress signal is busy and healthy; stuck needs work present and
+no movement, proven by check_vllm.judge.proof. Counters of two processes are never compared. The idle
+probe's outcome is judged in check_vllm.judge.probe, a run without a reading in judge_silence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from check_vllm.contract.values import (
+    PROGRESS_FIELDS,
+    Baseline,
+    EngineReading,
+    Instant,
+    Memory,
+    Reading,
+    Remembered,
+    Streak,
+    Verdict,
+)
+from check_vllm.contract.vocab import (
+    BALANCER,
+    BUSY,
+    CRITICAL,
+    ENGINE_RANK,
+    IDLE,
+    OK,
+    PROBE,
+    REREAD,
+    RESTARTED,
+    SLEEPING,
+    STALLING,
+    STUCK,
+    WARNING,
+    WORKING,
+    Settings,
+)
+from check_vllm.judge import wording
+from check_vllm.judge.compare import (
+    Gauges,
+    Rates,
+    allowance,
+    comparable,
+    continues,
+    gauges,
+    moved_engines,
+    progressed,
+    rates,
+    restart_reason,
+)
+from check_vllm.judge.proof import elapsed, extend, instant, lasted, proven
+
+_NO_STALLS: Mapping[str, Streak] = MappingProxyType({})
+CODES = {STUCK: CRITICAL, STALLING: WARNING}
+NO_RATES = Rates()
+
+
+def finish(memory: Memory, word: str, code: int, text: str, g: Gauges | None, at: Instant, *,
+           action: str | None = None, engines: Mapping[str, str] | None = None, stalled: float | None = None,
+           probe: float | None = None, rate_values: Rates = NO_RATES) -> Verdict:
+    """The verdict, with itself remembered in the memory it hands on."""
+    engines = MappingProxyType(dict(engines or {}))
+    return Verdict(
+        word=word, code=code, text=text, action=action, engines=engines,
+        memory=memory._replace(last=Remembered(word, code, text, at.wall, engines)),
+        running=g.running if g else None, waiting=g.waiting if g else None, kv_cache=g.kv_cache if g else None,
+        stalled_seconds=stalled if stalled is not None else (0.0 if g else None),
+        probe_seconds=probe, **rate_values._asdict(),
+    )
+
+
+def keep(memory: Memory, reading: Reading, now: Instant, stalls: Mapping[str, Streak] = _NO_STALLS) -> Memory:
+    """The reading becomes the baseline; the probe footprint it may have explained is spent."""
+    return memory._replace(baseline=Baseline(reading, now), previous=memory.baseline,
+                           stalls=MappingProxyType(dict(stalls)), probe=None)
+
+
+def _idle(memory: Memory, reading: Reading, g: Gauges, now: Instant, words: Mapping[str, str] | None = None,
+          rate_values: Rates = NO_RATES) -> Verdict:
+    return finish(memory, IDLE, OK, wording.NOT_PROBED, g, now, action=PROBE,
+                  engines=words or {n: IDLE for n in reading.engines}, rate_values=rate_values)
+
+
+def new_process(memory: Memory, reading: Reading, why: str, settings: Settings, now: Instant) -> Verdict:
+    """A reading no process of the baseline's could have produced: a restart, or a second server in turn."""
+    g = gauges(reading)
+    new = keep(memory._replace(unanswered=None), reading, now)
+    base, before = memory.baseline, memory.previous
+    older = base is not None and base.reading.process_start is not None and reading.process_start is not None \
+        and reading.process_start < base.reading.process_start - 0.01
+    gap = elapsed(before.at, now) if before is not None else None
+    resumed = before is not None and gap is not None and 0 <= gap <= settings.max_age \
+        and continues(before.reading, reading)
+    if older or resumed:
+        text = wording.balancer("a process older than the one before" if older else "the process seen before")
+        return finish(new, BALANCER, WARNING, text, g, now, engines={n: BALANCER for n in reading.engines})
+    asleep = all(e.asleep for e in reading.engines.values())
+    return finish(new, RESTARTED, OK, wording.restarted(reading, why, g, now.wall), g, now,
+                  action=PROBE if reading.work <= 0 and not asleep else None,
+                  engines={n: RESTARTED for n in reading.engines})
+
+
+def _top(words: Mapping[str, str]) -> str:
+    word = next(w for w in ENGINE_RANK if w in words.values())
+    return IDLE if word == SLEEPING and IDLE in words.values() else word
+
+
+# --------------------------------------------------------------------------- the per-engine rule
+
+
+def _standing_word(prior: str | None, cur: EngineReading) -> str:
+    """A comparison that proves nothing (too short a gap, a page missing signals): the stall neither
+    grows nor ends, the engine's last word stands."""
+    if cur.work > 0:
+        return prior if prior in (STALLING, STUCK) else BUSY
+    return IDLE if prior in WORKING or prior is None else prior
+
+
+def families(e: EngineReading) -> frozenset[str]:
+    """The progress families a page carries for this engine."""
+    return frozenset(f for f in PROGRESS_FIELDS if getattr(e, f) is not None)
+
+
+def lost_signals(p: EngineReading, c: EngineReading) -> bool:
+    """A page without a progress family the previous one had cannot show that family standing still."""
+    return not families(p) <= families(c)
+
+
+def signals_differ(p: EngineReading, c: EngineReading) -> bool:
+    """Two pages that do not carry the same progress families: a family on one side only could have moved
+    unseen, so standing still on the others proves nothing."""
+    return families(p) != families(c)
+
+
+def _engine(name: str, base: Baseline, cur: EngineReading, memory: Memory, gap: float, now: Instant,
+            allowed: dict[str, float], settings: Settings) -> tuple[str, Streak | None]:
+    """The per-engine rule: this engine's word, and its no-progress streak if it has one."""
+    p = base.reading.engines.get(name)
+    if cur.asleep:
+        return SLEEPING, None
+    if p is not None and progressed(p, cur, allowed):
+        return (BUSY if cur.work > 0 else IDLE), None
+    if cur.work <= 0:
+        return IDLE, None
+    if p is None or not comparable(p, cur):
+        return BUSY, None  # an engine we have not seen, or no signal on both pages: nothing to compare
+    old = memory.stalls.get(name)
+    if gap < settings.min_gap or signals_differ(p, cur):
+        prior = memory.last.engines.get(name) if memory.last and old else None
+        word = _standing_word(prior, cur)
+        return word, (old if old and word != BUSY else None)
+    streak = extend(old, base.at, now)
+    return (STUCK if proven(streak, now, settings) else STALLING), streak
+
+
+def _repeat(memory: Memory, reading: Reading, gap: float, now: Instant) -> Verdict | None:
+    """Runs closer together than min_gap with nothing moved: keep the older baseline, repeat the last verdict.
+
+    None when there is no work and nothing fit to repeat (work gone since a busy/stalling/stuck verdict,
+    or a verdict that was no judgement of progress): with no work a short gap cannot wrongly call
+    anything stalled, so the caller judges afresh (and probes).
+    """
+    last = memory.last or Remembered("", None, "", None)
+    word, code = last.word, last.code
+    if word in WORKING and reading.work <= 0:
+        return None
+    engines = {n: _standing_word(last.engines.get(n), e) for n, e in reading.engines.items()}
+    if word in WORKING or (word == IDLE and reading.work > 0):
+        word = _top(engines)
+        code = CODES.get(word, OK)
+    if word not in (*WORKING, IDLE, RESTARTED) or code not in (OK, WARNING, CRITICAL):
+        if reading.work <= 0:
+            return None  # nothing worth repeating (down, a failed probe...): judge afresh
+        word, code = BUSY, OK
+    g = gauges(reading)
+    stalled = max((lasted(s, now) for n, s in memory.stalls.items() if engines.get(n) in (STUCK, STALLING)),
+                  default=0.0)
+    return Verdict(word=word, code=code, text=wording.repeated(g, gap), memory=memory,
+                   engines=MappingProxyType(engines), running=g.running, waiting=g.waiting, kv_cache=g.kv_cache,
+                   stalled_seconds=stalled)
+
+
+# --------------------------------------------------------------------------- a reading
+
+
+def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | float) -> Verdict:
+    """Judge a fresh /metrics reading against the memory of the previous run."""
+    now = instant(now)
+    memory = memory._replace(unresponsive=None)  # /metrics answered
+    g = gauges(reading)
+    base = memory.baseline
+    gap = None
+    if base is not None:
+        why = restart_reason(base.reading, reading)
+        if why:
+            return new_process(memory, reading, why, settings, now)
+        gap = elapsed(base.at, now)
+    if base is None or gap is None or not 0.0 <= gap <= settings.max_age:
+        return _first(memory, reading, g, now)  # stale, another boot, or none: compare with nothing
+    allowed = allowance(memory.probe)
+    moved = moved_engines(base.reading, reading, allowed)
+    if moved or reading.work > 0:
+        # life, or work in sight: the idle streak ends, and the per-engine rule judges the work afresh
+        # (carrying the streak over would count readings that did not all show the condition)
+        memory = memory._replace(unanswered=None)
+    if all(e.asleep for e in reading.engines.values()):
+        return finish(keep(memory, reading, now), SLEEPING, OK, wording.ASLEEP, g, now,
+                      engines={n: SLEEPING for n in reading.engines})
+    if gap < settings.min_gap and not moved:
+        repeated = _repeat(memory, reading, gap, now)
+        if repeated is not None:
+            return repeated
+    judged = {n: _engine(n, base, e, memory, gap, now, allowed, settings) for n, e in reading.engines.items()}
+    words = {n: w for n, (w, _) in judged.items()}
+    stalls = {n: s for n, (_, s) in judged.items() if s is not None}
+    lossy = any(lost_signals(base.reading.engines[n], e) for n, e in reading.engines.items()
+                if n in base.reading.engines)
+    # a page missing signals the baseline had is no baseline for the next run either: keep the fuller one
+    new = memory._replace(stalls=MappingProxyType(stalls)) if lossy else keep(memory, reading, now, stalls)
+    rate_values = rates(base.reading, reading, gap, allowed)
+    word = _top(words)
+    if word == IDLE:
+        return _idle(new, reading, g, now, words, rate_values)
+    text = wording.engines(words, stalls, reading, now, settings) + wording.counts(g)
+    if rate_values.tokens_per_second is not None and word == BUSY:
+        text += f", {rate_values.tokens_per_second:.1f} tok/s"
+    stalled = max((lasted(s, now) for s in stalls.values()), default=0.0)
+    return finish(new, word, CODES.get(word, OK), text, g, now, engines=words, stalled=stalled,
+                  rate_values=rate_values)
+
+
+def _first(memory: Memory, reading: Reading, g: Gauges, now: Instant) -> Verdict:
+    """No usable baseline: nothing to compare, so no stall can be judged, and no earlier streak continues."""
+    new = keep(memory._replace(unanswered=None), reading, now)
+    if all(e.asleep for e in reading.engines.values()):
+        return finish(new, SLEEPING, OK, wording.ASLEEP, g, now, engines={n: SLEEPING for n in reading.engines})
+    if reading.work > 0:
+        return finish(new._replace(unanswered=None), BUSY, OK, wording.first_reading(g), g, now, action=REREAD,
+                      engines={n: BUSY for n in reading.engines})
+    return _idle(new, reading, g, now)

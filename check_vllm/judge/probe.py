@@ -1,0 +1,100 @@
+"""The idle probe's outcome judged: (idle verdict, outcome, re-read) -> Verdict. Pure.
+
+An answered probe proves an idle engine alive. An unanswered one proves nothing by itself: a
+re-read that shows any movement (the probe's own work included: a late answer is still an answer)
+or work in sight is a live engine, judged by the per-engine rule; only "nothing moved, nothing in
+sight" counts, and it must hold over the same readings and seconds as every other stuck
+(check_vllm.judge.proof) before it is CRITICAL.
+"""
+
+from __future__ import annotations
+
+from check_vllm.contract.values import (
+    ANSWERED,
+    CUT_SHORT,
+    ENGINE_DEAD,
+    REFUSED,
+    REJECTED,
+    Failure,
+    Footprint,
+    Instant,
+    Memory,
+    ProbeOutcome,
+    Reading,
+    Remembered,
+    Verdict,
+)
+from check_vllm.contract.vocab import BUSY, CRITICAL, DOWN, IDLE, OK, REREAD, STALLING, STUCK, WARNING, Settings
+from check_vllm.judge import wording
+from check_vllm.judge.assess import finish, keep, new_process, signals_differ
+from check_vllm.judge.compare import counted, gauges, moved_engines, restart_reason
+from check_vllm.judge.proof import extend, instant, lasted, proven
+from check_vllm.judge.silence import assess_failure
+
+
+def _amend(verdict: Verdict, memory: Memory, word: str, code: int, text: str, now: Instant,
+           outcome: ProbeOutcome) -> Verdict:
+    """The idle verdict, finished by what the probe showed: everything else it measured stands."""
+    last = Remembered(word, code, text, now.wall, verdict.engines)
+    return verdict._replace(word=word, code=code, text=text, action=None, probe_seconds=outcome.seconds,
+                            memory=memory._replace(last=last))
+
+
+def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failure | None, settings: Settings,
+                now: Instant | float) -> Verdict:
+    """Finish an idle verdict with the probe's outcome.
+
+    An unanswered probe needs a second reading: without `reread` that case comes back with action
+    REREAD, and the caller calls again with one.
+    """
+    now = instant(now)
+    memory = verdict.memory
+    if outcome.kind == ANSWERED:
+        head = "" if verdict.word == IDLE else verdict.text + "; "
+        spent = memory._replace(probe=Footprint(outcome.prompt_tokens, outcome.completion_tokens, now.wall),
+                                unanswered=None)
+        return _amend(verdict, spent, verdict.word, OK, wording.probe_answered(head, outcome.seconds), now, outcome)
+    if outcome.kind == REFUSED:
+        return assess_failure(memory, Failure(DOWN, outcome.detail), settings, now)
+    if outcome.kind == ENGINE_DEAD:
+        return assess_failure(memory, Failure(DOWN, wording.engine_died(outcome.detail)), settings, now)
+    if outcome.kind == REJECTED:
+        return _amend(verdict, memory, IDLE, WARNING, wording.probe_rejected(outcome.detail), now, outcome)
+    if outcome.kind == CUT_SHORT:
+        return _amend(verdict, memory, IDLE, WARNING, wording.probe_cut_short(outcome.detail), now, outcome)
+    if reread is None:
+        return verdict._replace(action=REREAD)
+    return _unanswered(verdict, outcome, reread, settings, now)
+
+
+def _unanswered(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failure, settings: Settings,
+                now: Instant) -> Verdict:
+    """Timed out or 5xx, and a second reading to tell a stalled engine from a slow one."""
+    memory = verdict.memory
+    if isinstance(reread, Failure):
+        failed = assess_failure(memory, reread, settings, now)
+        return failed._replace(text=f"{failed.text}; the probe failed too: {outcome.detail}")
+    base = memory.baseline
+    if base is None:
+        return _amend(verdict, memory, verdict.word, WARNING, wording.probe_no_reread(outcome.detail), now, outcome)
+    why = restart_reason(base.reading, reread)
+    if why:
+        return new_process(memory, reread, "process changed during the probe", settings, now)
+    pairs = [(base.reading.engines[n], e) for n, e in reread.engines.items() if n in base.reading.engines]
+    if not pairs or any(signals_differ(p, e) or not counted(p, e) for p, e in pairs):
+        text = wording.probe_no_reread(f"{outcome.detail}; the second page lacked counters the first had")
+        return _amend(verdict, memory, verdict.word, WARNING, text, now, outcome)
+    g = gauges(reread)
+    if moved_engines(base.reading, reread, {}):  # any movement: the engine serves, the probe's own work included
+        word = BUSY if reread.work > 0 else IDLE
+        return finish(keep(memory._replace(unanswered=None), reread, now), word, OK if word == BUSY else WARNING,
+                      wording.probe_unanswered_progress(g, outcome.detail), g, now,
+                      engines={n: word for n in reread.engines}, probe=outcome.seconds)
+    # Nothing moved. Our probe may be in sight as waiting (live metrics: never "idle") or not even that;
+    # either way the condition is "no progress while a probe went unanswered", proven like any stuck.
+    streak = extend(memory.unanswered, base.at, now)
+    new = keep(memory._replace(unanswered=streak), reread, now)
+    word = STUCK if proven(streak, now, settings) else STALLING
+    text = wording.probe_unanswered(g, outcome.detail, streak, now, settings, word == STUCK)
+    return finish(new, word, CRITICAL if word == STUCK else WARNING, text, g, now,
+                  engines={n: word for n in reread.engines}, probe=outcome.seconds, stalled=lasted(streak, now))

@@ -1,0 +1,42 @@
+"""The one proof rule behind every CRITICAL that a restart would act on, and the time it is measured in.
+
+A condition (no progress with work present, no answer, an idle probe unanswered with nothing moving)
+proves a server stuck only when it has held over `stuck_readings` readings spanning `stuck_seconds`
+of real elapsed time. Elapsed time comes from the boot-time clock when both ends carry one of the
+same boot, so a wall-clock step can neither make nor hide a stall. Pure.
+"""
+
+from __future__ import annotations
+
+from check_vllm.contract.values import Instant, Streak
+from check_vllm.contract.vocab import Settings
+
+
+def elapsed(since: Instant, now: Instant) -> float | None:
+    """Seconds from `since` to `now`, or None when no clock spans both (another boot)."""
+    if since.mono is not None and now.mono is not None and since.boot and now.boot:
+        return now.mono - since.mono if since.boot == now.boot else None
+    return now.wall - since.wall
+
+
+def extend(streak: Streak | None, start: Instant, now: Instant) -> Streak:
+    """One more reading of the condition: the streak grows, or starts at `start` when it cannot continue."""
+    if streak is not None:
+        lasted = elapsed(streak.since, now)
+        if lasted is not None and lasted >= 0:
+            return Streak(streak.since, streak.readings + 1)
+    return Streak(start, 1.0)
+
+
+def lasted(streak: Streak, now: Instant) -> float:
+    return max(elapsed(streak.since, now) or 0.0, 0.0)
+
+
+def proven(streak: Streak | None, now: Instant, settings: Settings) -> bool:
+    return streak is not None and streak.readings >= settings.stuck_readings \
+        and lasted(streak, now) >= settings.stuck_seconds
+
+
+def instant(now: Instant | float) -> Instant:
+    """A bare wall-clock time (a test table, an old caller) is an Instant without the boot-time clock."""
+    return now if isinstance(now, Instant) else Instant(float(now))

@@ -1,0 +1,87 @@
+"""A run without a /metrics reading judged: (memory, failure, settings, now) -> Verdict. Pure.
+
+What a restart can fix is CRITICAL at once only when nothing listens (connection refused, an engine
+its own API server calls dead). A server that did not answer (a time-out, a 5xx, on /metrics or,
+with --proxy, on /v1/models) earns a streak that must be proven like every stuck (check_vllm.judge.proof);
+one that answered slowly within the run's budget gave a reading and never gets here. What the
+monitoring side cannot reach (DNS, TLS) is UNKNOWN: restarting the server cannot mend it.
+"""
+
+from __future__ import annotations
+
+from check_vllm.contract.values import MODELS_OK, Failure, Instant, Memory, Verdict
+from check_vllm.contract.vocab import (
+    CRITICAL,
+    DOWN,
+    NO_METRICS,
+    OK,
+    PROXY,
+    STARTING,
+    UNKNOWN,
+    UNREACHABLE,
+    UNRESPONSIVE,
+    WARNING,
+    Settings,
+)
+from check_vllm.judge import wording
+from check_vllm.judge.assess import finish
+from check_vllm.judge.proof import extend, instant, lasted, proven
+
+
+def _silent(memory: Memory, word: str, detail: str, settings: Settings, now: Instant) -> Verdict:
+    """No answer: WARNING that names how long, CRITICAL once proven."""
+    streak = memory.unresponsive
+    last_at = memory.last.at if memory.last else None
+    if last_at is None or not 0.0 <= now.wall - last_at <= settings.max_age:
+        streak = None  # a streak from before a long gap (a host reboot, a clock jump) is not this streak
+    streak = extend(streak, now, now)
+    code = CRITICAL if proven(streak, now, settings) else WARNING
+    return finish(memory._replace(unresponsive=streak), word, code, wording.unresponsive(detail, streak, now),
+                  None, now, stalled=lasted(streak, now))
+
+
+def _starting(marker: float | None, memory: Memory, now: Instant, settings: Settings) -> float | None:
+    """Seconds since check_vllm_restart restarted the server, within the start-up grace, and only until
+    the check has seen the restarted server serve: one that dies again after that is down, not starting."""
+    if marker is None:
+        return None
+    served = memory.baseline is not None and memory.baseline.at.wall > marker
+    if served:
+        return None
+    since = now.wall - marker
+    return since if 0.0 <= since <= settings.start_grace else None
+
+
+def assess_failure(memory: Memory, failure: Failure, settings: Settings, now: Instant | float,
+                   restart_marker: float | None = None) -> Verdict:
+    """Judge a run in which /metrics gave no reading (or proxy mode, which never reads it)."""
+    now = instant(now)
+    kind, detail = failure.kind, failure.detail
+    streaking = kind == UNRESPONSIVE or (kind in (PROXY, NO_METRICS) and failure.models == UNRESPONSIVE)
+    if not streaking:
+        memory = memory._replace(unresponsive=None)
+    if kind == UNREACHABLE or failure.models == UNREACHABLE:
+        return finish(memory, UNREACHABLE, UNKNOWN, wording.unreachable(detail), None, now)
+    if kind == PROXY:
+        if failure.models == MODELS_OK:
+            return finish(memory, PROXY, OK, wording.models(failure.model), None, now)
+        if streaking:
+            return _silent(memory, PROXY, f"/v1/models failed: {detail}", settings, now)
+        return finish(memory, PROXY, CRITICAL, f"/v1/models failed: {detail}", None, now)
+    since = _starting(restart_marker, memory, now, settings)
+    if since is not None and kind in (DOWN, UNRESPONSIVE, NO_METRICS):
+        return finish(memory, STARTING, WARNING, wording.starting(since, detail), None, now)
+    if kind == DOWN:
+        return finish(memory, DOWN, CRITICAL, detail, None, now)
+    if kind == UNRESPONSIVE:
+        return _silent(memory, UNRESPONSIVE, detail, settings, now)
+    # no metrics: liveness from /v1/models only
+    if failure.models == MODELS_OK:
+        return finish(memory, NO_METRICS, WARNING, f"{detail}; {wording.models(failure.model)}", None, now)
+    if streaking:
+        return _silent(memory, NO_METRICS, detail, settings, now)
+    if failure.models is None:  # /v1/models was not asked: no proof of anything
+        return finish(memory, NO_METRICS, WARNING, detail, None, now)
+    return finish(memory, NO_METRICS, CRITICAL, detail, None, now)  # nothing listens on /v1/models
+
+

@@ -1,0 +1,151 @@
+"""How verdicts read: the status texts an operator sees after the word. Pure string building.
+
+Kept apart from the judging so that a change of wording cannot change a decision, and the golden
+tests (tests/e2e/test_golden.py) pin every line.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from check_vllm.contract.safe_text import clean
+from check_vllm.contract.values import Instant, Reading, Streak
+from check_vllm.contract.vocab import STALLING, STUCK, Settings
+from check_vllm.judge.compare import Gauges
+from check_vllm.judge.proof import lasted
+
+#: Beyond this many sick engines the status line names the first few and counts the rest.
+NAMED_ENGINES = 3
+
+
+def seconds(s: float) -> str:
+    return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
+
+
+def counts(g: Gauges) -> str:
+    return f"{g.running:.0f} running, {g.waiting:.0f} waiting"
+
+
+def readings(count: float) -> str:
+    return f"{count:.0f} reading{'s' if count != 1 else ''}"
+
+
+def first_reading(g: Gauges) -> str:
+    return f"{counts(g)} (first reading: progress not yet measured)"
+
+
+def repeated(g: Gauges, gap: float) -> str:
+    return f"{counts(g)} (verdict of {seconds(gap)} ago repeated: too soon to compare)"
+
+
+def restarted(reading: Reading, why: str, g: Gauges, now: float) -> str:
+    when = ""
+    if reading.process_start is not None and now >= reading.process_start:
+        stamp = time.strftime("%H:%M:%S", time.localtime(reading.process_start))
+        when = f" {seconds(now - reading.process_start)} ago (at {stamp})"
+    return f"new process{when}: {why}, new baseline; {counts(g)}"
+
+
+def _need(word: str, settings: Settings) -> str:
+    return "" if word == STUCK else (
+        f" (stuck at {settings.stuck_readings} readings and {seconds(settings.stuck_seconds)})")
+
+
+def _order(name: str) -> tuple[int, str]:
+    return (int(name), "") if name.isdigit() else (1 << 30, name)
+
+
+def _stall(s: Streak, now: Instant) -> str:
+    return f"no progress for {seconds(lasted(s, now))} over {readings(s.readings)}"
+
+
+def engines(words: Mapping[str, str], stalls: Mapping[str, Streak], reading: Reading, now: Instant,
+            settings: Settings) -> str:
+    """Name the engines that are not well, with how long and over how many readings; many are summarised."""
+    sick = sorted((n for n, w in words.items() if w in (STUCK, STALLING)), key=_order)
+    if not sick:
+        return ""
+    if len(reading.engines) <= 1:
+        return f"{_stall(stalls[sick[0]], now)}{_need(words[sick[0]], settings)}; "
+    if len(sick) > NAMED_ENGINES:
+        return _many(words, sick, stalls, now, settings)
+    parts = []
+    for name in sick:
+        e = reading.engines[name]
+        parts.append(f"engine {clean(name, 20)} with {e.running:.0f} running, {e.waiting:.0f} waiting: "
+                     f"{_stall(stalls[name], now)}{_need(words[name], settings)}")
+    others = sorted((n for n in words if n not in sick), key=_order)
+    if len(others) <= NAMED_ENGINES:
+        parts.extend(f"engine {clean(n, 20)} {words[n]}" for n in others)
+    else:
+        parts.append(f"{len(others)} other engines {', '.join(sorted({words[n] for n in others}))}")
+    return "; ".join(parts) + "; total "
+
+
+def _many(words: Mapping[str, str], sick: list[str], stalls: Mapping[str, Streak], now: Instant,
+          settings: Settings) -> str:
+    """'12 of 64 engines stalling: 3, 7, 9 ... and 9 more': a bounded line however many engines."""
+    worst = STUCK if any(words[n] == STUCK for n in sick) else STALLING
+    named = ", ".join(clean(n, 20) for n in sick[:NAMED_ENGINES])
+    longest = max(sick, key=lambda n: lasted(stalls[n], now))
+    return (f"{len(sick)} of {len(words)} engines {worst}: {named} ... and {len(sick) - NAMED_ENGINES} more; "
+            f"longest {_stall(stalls[longest], now)} (engine {clean(longest, 20)}){_need(worst, settings)}; total ")
+
+
+def models(model: str | None) -> str:
+    return f"/v1/models lists {clean(model, 80)}" if model else "/v1/models answers"
+
+
+def unresponsive(detail: str, streak: Streak, now: Instant) -> str:
+    return f"{detail} (for {seconds(lasted(streak, now))}, {readings(streak.readings)} in a row)"
+
+
+def starting(since_restart: float, detail: str) -> str:
+    return f"restarted {seconds(since_restart)} ago, not serving yet ({detail})"
+
+
+def unreachable(detail: str) -> str:
+    return f"{detail}: the monitoring side cannot reach the server; a restart would not help"
+
+
+def balancer(evidence: str) -> str:
+    return (f"/metrics comes from more than one server process in turn (this reading continues {evidence}): "
+            "the URL looks like a load balancer; check it with --proxy, and check each backend directly")
+
+
+def engine_died(detail: str) -> str:
+    return f"engine died ({detail})"
+
+
+# --------------------------------------------------------------------------- the idle probe
+
+NOT_PROBED = "no work, not probed"
+ASLEEP = "engine asleep, not probed"
+
+
+def probe_answered(head: str, secs: float) -> str:
+    return f"{head}probe answered in {secs:.2f} s"
+
+
+def probe_rejected(detail: str) -> str:
+    return f"no work, but the probe was rejected: {detail}"
+
+
+def probe_cut_short(detail: str) -> str:
+    return (f"no work, the probe got no answer ({detail}) in the time -t left it, "
+            f"less than --probe-timeout: not proof of a stall")
+
+
+def probe_no_reread(detail: str) -> str:
+    return f"no work, the probe failed ({detail}) and there was no second reading"
+
+
+def probe_unanswered_progress(g: Gauges, detail: str) -> str:
+    return f"{counts(g)}; the probe got no answer ({detail}) but the engine progressed"
+
+
+def probe_unanswered(g: Gauges, detail: str, streak: Streak, now: Instant, settings: Settings, stuck: bool) -> str:
+    need = "" if stuck else _need(STALLING, settings)
+    return (f"no progress while a 1-token probe went unanswered ({detail}), for {seconds(lasted(streak, now))} "
+            f"over {readings(streak.readings)}{need}; {counts(g)}")

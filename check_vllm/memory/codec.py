@@ -1,0 +1,170 @@
+"""Memory <-> the JSON the state file holds. All defensive parsing of saved data happens here, once.
+
+A piece that is missing, hand-edited or from a foreign file comes back as None (or empty): the run
+then takes a new baseline for that piece instead of guessing. The JSON shape is version 1 of the
+state file (check_vllm.memory.statefile.VERSION): keys reading, previous, stall, unresponsive, unanswered,
+probe, verdict, whole_page. Keys are only ever added: a reader ignores the keys it does not know, and
+a key it misses reads as "nothing known", so files of older and newer check_vllm read both ways.
+Times are wall-clock seconds, with the boot-time clock beside them ("mono", "boot") where the writer
+had it; a file without them (an older check_vllm) still reads, on the wall clock.
+"""
+
+from __future__ import annotations
+
+import math
+from types import MappingProxyType
+from typing import Any
+
+from check_vllm.contract.values import Baseline, EngineReading, Footprint, Instant, Memory, Reading, Remembered, Streak
+
+_ENGINE_FIELDS = frozenset(EngineReading._fields)
+
+
+def finite(value: Any) -> float | None:
+    """A finite float from anything JSON can hold, else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer too big for a float
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+# --------------------------------------------------------------------------- reading back
+
+
+def _engine(raw: Any) -> EngineReading | None:
+    if not isinstance(raw, dict):
+        return None
+    known: dict[str, Any] = {}
+    for k, v in raw.items():
+        if k not in _ENGINE_FIELDS:
+            continue
+        if k == "asleep":
+            if not isinstance(v, bool):
+                return None
+        elif isinstance(v, bool) or not isinstance(v, (int, float)) or finite(v) is None or abs(v) > 2.0**53:
+            return None
+        known[k] = v
+    return EngineReading(**known)
+
+
+def _instant(raw: dict[str, Any], key: str) -> Instant | None:
+    wall = finite(raw.get(key))
+    if wall is None:
+        return None
+    mono, boot = finite(raw.get("mono")), raw.get("boot")
+    if mono is None or not isinstance(boot, str) or not boot:
+        return Instant(wall)
+    return Instant(wall, mono, boot[:64])
+
+
+def _instant_json(at: Instant, key: str) -> dict[str, Any]:
+    out: dict[str, Any] = {key: at.wall}
+    if at.mono is not None and at.boot:
+        out.update(mono=at.mono, boot=at.boot)
+    return out
+
+
+def _baseline(raw: Any) -> Baseline | None:
+    raw = _dict(raw)
+    at = _instant(raw, "at")
+    engines_raw = raw.get("engines")
+    if at is None or not isinstance(engines_raw, dict) or not engines_raw:
+        return None
+    engines = {str(k): _engine(v) for k, v in engines_raw.items()}
+    if any(e is None for e in engines.values()):
+        return None
+    start = raw.get("process_start")
+    if start is not None:
+        start = finite(start)
+        if start is None:
+            return None
+    model = raw.get("model") if isinstance(raw.get("model"), str) else None
+    return Baseline(Reading(engines=engines, process_start=start, model=model), at)  # type: ignore[arg-type]
+
+
+def _streak(raw: Any) -> Streak | None:
+    raw = _dict(raw)
+    since, count = _instant(raw, "since"), finite(raw.get("count"))
+    return Streak(since, count) if since is not None and count is not None and count >= 0 else None
+
+
+def _footprint(raw: Any) -> Footprint | None:
+    raw = _dict(raw)
+    p, c = finite(raw.get("prompt_tokens", 0)), finite(raw.get("completion_tokens", 0))
+    if p is None or c is None:
+        return None
+    return Footprint(max(p, 0.0), max(c, 0.0), finite(raw.get("at")) or 0.0)
+
+
+def remembered(raw: Any) -> Remembered | None:
+    """The saved verdict; its time and code stay None when unusable, so the handler can say so."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("word"), str):
+        return None
+    code = raw.get("state")
+    engines = {str(n): str(w) for n, w in _dict(raw.get("engines")).items()}
+    return Remembered(
+        word=raw["word"], code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+        text=str(raw.get("text", "")), at=finite(raw.get("at")), engines=MappingProxyType(engines),
+    )
+
+
+def from_json(data: Any) -> Memory:
+    """Total: whatever JSON a file holds gives a Memory (unusable pieces read as "nothing known")."""
+    data = _dict(data)
+    stalls = {str(n): s for n, s in ((n, _streak(v)) for n, v in _dict(data.get("stall")).items()) if s is not None}
+    return Memory(
+        baseline=_baseline(data.get("reading")),
+        previous=_baseline(data.get("previous")),
+        stalls=MappingProxyType(stalls),
+        unresponsive=_streak(data.get("unresponsive")),
+        unanswered=_streak(data.get("unanswered")),
+        probe=_footprint(data.get("probe")),
+        last=remembered(data.get("verdict")),
+        whole_page=_instant(_dict(data.get("whole_page")), "since"),
+    )
+
+
+# --------------------------------------------------------------------------- writing out
+
+
+def _engine_json(e: EngineReading) -> dict[str, Any]:
+    return {k: v for k, v in e._asdict().items() if v is not None}
+
+
+def _streak_json(s: Streak) -> dict[str, Any]:
+    return {**_instant_json(s.since, "since"), "count": s.readings}
+
+
+def _baseline_json(b: Baseline) -> dict[str, Any]:
+    r = b.reading
+    return {**_instant_json(b.at, "at"), "process_start": r.process_start, "model": r.model,
+            "engines": {n: _engine_json(e) for n, e in r.engines.items()}}
+
+
+def to_json(memory: Memory) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if memory.baseline is not None:
+        out["reading"] = _baseline_json(memory.baseline)
+        out["stall"] = {n: _streak_json(s) for n, s in memory.stalls.items()}
+    if memory.previous is not None:
+        out["previous"] = _baseline_json(memory.previous)
+    for key in ("unresponsive", "unanswered"):
+        streak = getattr(memory, key)
+        if streak is not None:
+            out[key] = _streak_json(streak)
+    if memory.probe is not None:
+        out["probe"] = memory.probe._asdict()
+    if memory.whole_page is not None:
+        out["whole_page"] = _instant_json(memory.whole_page, "since")
+    if memory.last is not None:
+        last = memory.last
+        out["verdict"] = {"word": last.word, "state": last.code, "text": last.text, "at": last.at,
+                          "engines": dict(last.engines)}
+    return out

@@ -1,0 +1,270 @@
+"""The small JSON file that carries the memory (check_vllm.memory.codec) from one check run to the next.
+
+Written atomically (temp file, fsync, rename) so a reader never sees half a file; guarded by an
+flock on a side file so two runs on one target take turns; versioned, so a file from another
+version or target costs one baseline reading, never a false verdict. Symlinks are not followed.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import stat
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from check_vllm.contract.vocab import LOCK_TIMEOUT
+
+FORMAT = "check_vllm-state"
+VERSION = 1
+MAX_BYTES = 1 << 20  # a state file is a few KB; anything bigger is not ours
+#: Nesting deeper than this is not a file we wrote (ours go 5 levels deep); deeper would only risk recursion.
+MAX_DEPTH = 32
+
+
+class StateError(Exception):
+    """The state could not be locked or saved; the message says why, for the status line."""
+
+
+class StateBusy(StateError):
+    """Another run held the lock for longer than we may wait."""
+
+
+def default_dir(env: dict[str, str] | None = None) -> Path:
+    """$MP_STATE_PATH, $NAGIOS_PLUGIN_STATE_DIRECTORY, /var/lib/check_vllm if usable, else XDG."""
+    env = dict(os.environ) if env is None else env
+    for var in ("MP_STATE_PATH", "NAGIOS_PLUGIN_STATE_DIRECTORY"):
+        if env.get(var):
+            return Path(env[var]) / "check_vllm" if var == "MP_STATE_PATH" else Path(env[var])
+    system = Path("/var/lib/check_vllm")
+    if os.access(system, os.W_OK | os.X_OK) or (not system.exists() and os.access(system.parent, os.W_OK)):
+        return system
+    xdg = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "state")
+    return Path(xdg) / "check_vllm"
+
+
+def target_key(url: str, mode: str) -> str:
+    return f"{mode} {url.rstrip('/')}"
+
+
+def _mode(proxy: bool) -> str:
+    """A balancer URL read through /v1/models only keeps a memory apart from the same URL read for /metrics."""
+    return "proxy" if proxy else "metrics"
+
+
+def state_path(state_dir: Path, url: str, proxy: bool = False) -> Path:
+    digest = hashlib.sha256(target_key(url, _mode(proxy)).encode()).hexdigest()[:20]
+    return Path(state_dir) / f"vllm-{digest}.json"
+
+
+def check_file(state_dir: Path, url: str, proxy: bool, lock_timeout: float = LOCK_TIMEOUT) -> StateFile:
+    """The state file check_vllm keeps for one target (the handler reads the same one)."""
+    return StateFile(state_path(state_dir, url, proxy), target_key(url, _mode(proxy)), lock_timeout)
+
+
+def _open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise StateError(f"{path} is a symlink; not following it") from None
+        raise
+
+
+class StateFile:
+    """Lock, load and save one target's state. Use as a context manager: the lock spans the run."""
+
+    def __init__(self, path: Path, target: str, lock_timeout: float = LOCK_TIMEOUT, what: str = "state file",
+                 fresh: str = "starting a new baseline") -> None:
+        self.path = Path(path)
+        self.target = target
+        self.lock_timeout = lock_timeout
+        #: How the notes name this file, and what becomes of a file that cannot be used.
+        self.what, self.fresh = what, fresh
+        self._lock_fd: int | None = None
+
+    def __enter__(self) -> StateFile:
+        self.lock()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.unlock()
+
+    def lock(self) -> None:
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = _open_nofollow(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT)
+        except OSError as err:
+            raise StateError(f"cannot open state lock in {self.path.parent}: {err.strerror}") from None
+        deadline = time.monotonic() + self.lock_timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise StateBusy(
+                        f"another check_vllm run on this target held the state lock for {self.lock_timeout:.0f} s"
+                    ) from None
+                time.sleep(0.05)
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def load(self) -> tuple[dict[str, Any], str | None]:
+        """The saved data, or ({}, why) when there is none usable: the run then takes a baseline.
+        Whatever the file holds, this never raises."""
+        what, fresh = self.what, self.fresh
+        try:
+            fd = _open_nofollow(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a planted FIFO must not block us
+        except FileNotFoundError:
+            return {}, None
+        except (OSError, StateError) as err:
+            return {}, f"{what} unreadable ({getattr(err, 'strerror', None) or err})"
+        raw = _read_regular(fd)
+        if raw is None:
+            return {}, f"{what} is not a regular file; ignored"
+        if isinstance(raw, OSError):
+            return {}, f"{what} unreadable ({raw.strerror})"
+        if len(raw) > MAX_BYTES:
+            return {}, f"{what} too large; ignored"
+        doc = parse_json(raw)
+        if doc is None:
+            return {}, f"{what} corrupt; {fresh}"
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            return {}, f"{what} not ours; {fresh}"
+        if doc.get("version") != VERSION:
+            version = doc.get("version")
+            shown = repr(version) if isinstance(version, int) or (isinstance(version, str) and len(version) < 20) \
+                else "unknown"
+            return {}, f"{what} version {shown} is not {VERSION}; {fresh}"
+        if doc.get("target") != self.target:
+            return {}, f"{what} belongs to another target; {fresh}"
+        data = doc.get("data")
+        return (data, None) if isinstance(data, dict) else ({}, f"{what} corrupt; {fresh}")
+
+    def save(self, data: dict[str, Any]) -> None:
+        doc = {"format": FORMAT, "version": VERSION, "target": self.target, "written": time.time(), "data": data}
+        try:
+            write_json(self.path, doc)
+        except OSError as err:
+            raise StateError(f"cannot write state {self.path}: {err.strerror}") from None
+        except (ValueError, TypeError, RecursionError) as err:  # NaN or a foreign type in the data: not JSON
+            raise StateError(f"cannot write state {self.path}: {err.__class__.__name__}: {str(err)[:80]}") from None
+
+
+def _read_regular(fd: int) -> bytes | OSError | None:
+    """Up to MAX_BYTES + 1 bytes of the open file `fd` (closed here), None when it is not a regular file
+    (a directory, a FIFO, a device planted where the file goes), or the OSError reading it raised."""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1
+            return fh.read(MAX_BYTES + 1)
+    except OSError as err:
+        return err
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _not_json_number(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > 30:  # ours are times and counts below 2**53; a longer one would overflow float()
+        raise ValueError("integer too long")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):  # 1e999 parses as inf
+        raise ValueError(f"{text[:20]} is not a finite number")
+    return value
+
+
+def _shallow(doc: Any, limit: int = MAX_DEPTH) -> bool:
+    """Nested no deeper than `limit` (walked without recursion)."""
+    todo: list[tuple[Any, int]] = [(doc, 1)]
+    while todo:
+        value, depth = todo.pop()
+        if isinstance(value, (dict, list)):
+            if depth > limit:
+                return False
+            todo.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return True
+
+
+def parse_json(raw: bytes) -> Any:
+    """A document we could have written, or None: strict JSON (no NaN/Infinity, no number that only
+    parses to infinity), UTF-8, nested no deeper than MAX_DEPTH. Whatever the bytes, this never raises:
+    what json.loads accepts but the writer (allow_nan=False) would refuse must not get past here."""
+    try:
+        doc = json.loads(raw.decode("utf-8"), parse_constant=_not_json_number,
+                         parse_float=_finite_float, parse_int=_bounded_int)
+    except (UnicodeDecodeError, ValueError, RecursionError, MemoryError):
+        return None
+    return doc if _shallow(doc) else None
+
+
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    """Atomically: a 0600 temp file beside `path`, fsync, rename. A planted symlink is replaced, not followed."""
+    body = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def marker_path(state_dir: Path, url: str) -> Path:
+    """Where the restart handler notes that it restarted this server (read by the check)."""
+    digest = hashlib.sha256(target_key(url, "restart").encode()).hexdigest()[:20]
+    return Path(state_dir) / f"vllm-{digest}.restart.json"
+
+
+def load_marker(path: Path) -> tuple[float | None, str | None]:
+    """Wall-clock time of the last restart the handler made (or None), and what was wrong with the
+    marker when there is one it cannot use. The handler's next restart replaces it."""
+    try:
+        fd = _open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)  # a planted FIFO must not block us
+    except FileNotFoundError:
+        return None, None
+    except (OSError, StateError) as err:
+        return None, f"restart marker unreadable ({getattr(err, 'strerror', None) or err}); ignored"
+    raw = _read_regular(fd)
+    if raw is None:
+        return None, "restart marker is not a regular file; ignored"
+    if isinstance(raw, OSError):
+        return None, f"restart marker unreadable ({raw.strerror}); ignored"
+    doc = parse_json(raw) if len(raw) <= MAX_BYTES else None
+    at = doc.get("restarted_at") if isinstance(doc, dict) else None
+    if isinstance(at, bool) or not isinstance(at, (int, float)):
+        return None, "restart marker corrupt; ignored"
+    return float(at), None
+
+
+def read_marker(path: Path) -> float | None:
+    """Wall-clock time of the last restart the handler made, or None."""
+    return load_marker(path)[0]

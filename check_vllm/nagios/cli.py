@@ -1,0 +1,224 @@
+"""Command line -> a Run -> one verdict. Exit codes follow the plugin API: 0, 1, 2, and 3 for usage."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, NoReturn
+
+from check_vllm import __version__
+from check_vllm.contract.vocab import CODE_NAMES, OPTIONS, RUN_TIMEOUT, SETTINGS, UNKNOWN
+from check_vllm.nagios import statusline
+from check_vllm.nagios.args import Parser, UsageError, check_url, number
+
+PROG = "check_vllm"
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+EPILOG = """\
+verdicts (first word of the status text):
+  busy          OK        work present and progress since the previous reading
+  stalling      WARNING   work present, no progress yet, not proven stuck
+  stuck         CRITICAL  no progress over --stuck-readings comparisons spanning --stuck-seconds,
+                          or an idle engine left a 1-token probe unanswered without progress
+  idle          OK        no work; the 1-token probe answered (the only run that sends inference)
+  restarted     OK        new server process: new baseline, counters of two processes never compared
+  sleeping      OK        vllm:engine_sleep_state says asleep
+  starting      WARNING   not serving yet, within the grace period after check_vllm_restart restarted it
+  down          CRITICAL  connection refused: nothing listens at the URL
+  unreachable   UNKNOWN   DNS lookup or TLS handshake failed: the monitoring side cannot reach it
+                          (resolver, CA bundle, certificate, scheme); never restarted
+  unresponsive  WARNING   /metrics timed out or answered 5xx; CRITICAL once it lasts as long as stuck needs
+  no metrics    WARNING   no usable /metrics; /v1/models answers (CRITICAL if it does not)
+  proxy         OK/CRIT   --proxy: /v1/models only
+
+perfdata:
+  tokens_per_second         generated tokens/s    vllm:generation_tokens_total
+  prompt_tokens_per_second  prompt tokens/s       vllm:prompt_tokens_total
+  steps_per_second          engine steps/s        vllm:iteration_tokens_total_count
+  running                   requests running      vllm:num_requests_running
+  waiting                   requests queued       vllm:num_requests_waiting (-w/-c)
+  kv_cache_usage            %, fullest engine     vllm:kv_cache_usage_perc (--kv-warning/--kv-critical)
+  probe_seconds             probe latency, s      only when the idle probe ran
+  stalled_seconds           s without progress while work is present
+
+exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad usage, --help, --version, the -t timeout).
+The API key is read from $VLLM_API_KEY or --api-key-file, never from the command line.
+"""
+
+
+class Deadline(Exception):
+    pass
+
+
+def parser() -> argparse.ArgumentParser:
+    p = Parser(prog=PROG, description="Tell a busy vLLM server from a stuck one, without using its request slots.",
+                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c = p.add_argument_group("server")
+    c.add_argument("-u", "--url", default=DEFAULT_URL, help="vLLM server base URL (default: %(default)s)")
+    c.add_argument("--proxy", action="store_true",
+                   help="the URL is a load balancer: read only /v1/models (each /metrics read could hit another backend)")
+    c.add_argument("--api-key-file", metavar="FILE", help="file holding the API key (else $VLLM_API_KEY)")
+    c.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify an https URL")
+    c.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    d = p.add_argument_group("decision")
+    d.add_argument("--stuck-readings", type=number(int), default=SETTINGS.stuck_readings, metavar="N",
+                   help="comparisons without progress before stuck (default: %(default)s)")
+    d.add_argument("--stuck-seconds", type=number(float), default=SETTINGS.stuck_seconds, metavar="S",
+                   help="and wall-clock seconds without progress before stuck; 0: readings alone decide; "
+                        "less than --max-age (default: %(default)g)")
+    d.add_argument("--min-gap", type=number(float), default=SETTINGS.min_gap, metavar="S",
+                   help="runs closer than this repeat the last verdict instead of comparing; less than "
+                        "--max-age (default: %(default)g)")
+    d.add_argument("--reread-delay", type=number(float), default=OPTIONS.reread_delay, metavar="S",
+                   help="with no previous reading and work present, read again after S seconds; less than "
+                        "--max-age (default: %(default)g)")
+    d.add_argument("--start-grace", type=number(float), default=SETTINGS.start_grace, metavar="S",
+                   help="after check_vllm_restart restarted the server, down/unresponsive/no metrics read as "
+                        "starting (WARNING) for S seconds (default: %(default)g)")
+    d.add_argument("--max-age", type=number(float), default=SETTINGS.max_age, metavar="S",
+                   help="a previous reading older than this is no baseline; must be longer than the check "
+                        "interval and than --stuck-seconds, --min-gap and --reread-delay (default: %(default)g)")
+    pr = p.add_argument_group("idle probe")
+    pr.add_argument("--probe-timeout", type=number(float), default=OPTIONS.probe_timeout, metavar="S",
+                    help="seconds the 1-token completion may take when idle (default: %(default)g)")
+    pr.add_argument("--no-probe", action="store_true", help="never send a completion; idle is judged on /metrics")
+    pr.add_argument("--model", help="model to probe (default: the model_name in /metrics, else the first of /v1/models)")
+    t = p.add_argument_group("thresholds (Nagios range syntax, e.g. 20, 10:, @5:10)")
+    t.add_argument("-w", "--waiting-warning", metavar="RANGE", help="waiting requests")
+    t.add_argument("-c", "--waiting-critical", metavar="RANGE", help="waiting requests")
+    t.add_argument("--kv-warning", metavar="RANGE", help="KV-cache usage in %% (fullest engine)")
+    t.add_argument("--kv-critical", metavar="RANGE", help="KV-cache usage in %% (fullest engine)")
+    g = p.add_argument_group("run")
+    g.add_argument("--state-dir", metavar="DIR", help="where the state file lives (default: $MP_STATE_PATH, "
+                   "$NAGIOS_PLUGIN_STATE_DIRECTORY, /var/lib/check_vllm, else the XDG state dir)")
+    g.add_argument("-t", "--timeout", type=number(float), default=RUN_TIMEOUT, metavar="S",
+                   help="whole run, UNKNOWN beyond it (default: %(default)g)")
+    g.add_argument("-v", "--verbose", action="count", default=0, help="more output (repeatable)")
+    g.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
+    return p
+
+
+def _validate(args: argparse.Namespace) -> None:
+    check_url(args.url)
+    if args.stuck_readings < 1:
+        raise UsageError("--stuck-readings must be at least 1")
+    if args.timeout < 2:
+        raise UsageError("--timeout must be at least 2 seconds")
+    # A stall is measured against a previous reading: one that --max-age already throws away can never
+    # prove it, nor can a gap or a re-read that takes longer than a reading is kept.
+    for option, value in (("--stuck-seconds", args.stuck_seconds), ("--min-gap", args.min_gap),
+                          ("--reread-delay", args.reread_delay)):
+        if not args.max_age > value:
+            which = (f"{option} {value:g} must be less than --max-age {args.max_age:g}"
+                     if args.max_age == SETTINGS.max_age else
+                     f"--max-age {args.max_age:g} must be longer than {option} {value:g}")
+            raise UsageError(f"{which}: a reading older than --max-age is no baseline")
+    from nagiosplugin import Range
+
+    for opt in ("waiting_warning", "waiting_critical", "kv_warning", "kv_critical"):
+        spec = getattr(args, opt)
+        if spec is not None:
+            try:
+                Range(spec)
+            except ValueError as err:
+                raise UsageError(f"--{opt.replace('_', '-')}: {err}") from None
+
+
+def _check_ca_file(path: str) -> None:
+    import ssl
+
+    try:
+        ssl.create_default_context(cafile=path)
+    except (OSError, ssl.SSLError) as err:
+        why = getattr(err, "reason", None) or getattr(err, "strerror", None) or err
+        raise UsageError(f"--ca-file {path}: not a readable PEM CA bundle ({why})") from None
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    if args.api_key_file:
+        try:
+            with open(args.api_key_file, encoding="utf-8") as fh:
+                key = fh.readline().strip()
+        except (OSError, UnicodeDecodeError) as err:
+            raise UsageError(f"cannot read --api-key-file: {getattr(err, 'strerror', None) or err}") from None
+        if not key:
+            raise UsageError("--api-key-file is empty")
+        return key
+    return os.environ.get("VLLM_API_KEY") or None
+
+
+def _unknown(message: str) -> NoReturn:
+    print(f"VLLM {CODE_NAMES[UNKNOWN]} - {statusline.fit(message)}")
+    sys.exit(UNKNOWN)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    started = time.monotonic()
+    statusline.prepare()  # LC_ALL=C or PYTHONIOENCODING=ascii: a model id in another script must not crash the output
+    try:
+        args = parser().parse_args(argv)
+        _validate(args)
+    except UsageError as err:
+        _unknown(f"usage: {err} (see --help)")
+    except SystemExit:
+        sys.exit(UNKNOWN)  # --help and --version printed; the plugin API wants UNKNOWN for both
+
+    # httpcore imports trio (when installed) and anyio for async support this one-shot, synchronous
+    # process never uses: ~50 ms, a third of a whole run. Mark them absent here, unless already loaded.
+    for name in ("trio", "anyio"):
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+    from check_vllm.contract.vocab import LOCK_TIMEOUT, Options, Settings
+    from check_vllm.memory.statefile import default_dir
+    from check_vllm.nagios.plugin import Run, build
+    from check_vllm.server.fetch import Endpoint
+
+    waiting_for = ["start-up"]
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise Deadline(f"timed out after {args.timeout:g} s waiting for {waiting_for[0]}")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, max(args.timeout - (time.monotonic() - started), 0.1))
+    try:
+        waiting_for[0] = "the API key file" if args.api_key_file else "start-up"
+        api_key = _api_key(args)  # inside the alarm: a FIFO or a hung mount must not block forever
+        if args.ca_file:
+            waiting_for[0] = "the CA file"
+            _check_ca_file(args.ca_file)
+        waiting_for[0] = "start-up"
+        run = Run(
+            endpoint=Endpoint(args.url, api_key=api_key, ca_file=args.ca_file, insecure=args.insecure),
+            settings=Settings(stuck_readings=args.stuck_readings, stuck_seconds=args.stuck_seconds,
+                              min_gap=args.min_gap, max_age=args.max_age,
+                              start_grace=args.start_grace),
+            options=Options(proxy=args.proxy, probe=not args.no_probe, model=args.model,
+                            probe_timeout=args.probe_timeout, reread_delay=args.reread_delay),
+            state_dir=Path(args.state_dir) if args.state_dir else default_dir(),
+            # leave a second for the state file and the output, so our own verdicts beat the alarm
+            deadline=started + args.timeout - 1.0,
+            lock_timeout=min(LOCK_TIMEOUT, args.timeout / 3),
+            doing=lambda what: waiting_for.__setitem__(0, what),
+        )
+        check = build(run, (args.waiting_warning, args.waiting_critical), (args.kv_warning, args.kv_critical))
+        check.main(verbose=args.verbose, timeout=0)
+    except UsageError as err:
+        _unknown(f"usage: {err} (see --help)")
+    except Deadline as err:
+        _unknown(str(err))
+    except SystemExit:
+        raise
+    except BaseException as err:  # noqa: BLE001 - the plugin API has no room for a traceback on stdout
+        traceback.print_exc(file=sys.stderr)
+        _unknown(f"internal error: {err.__class__.__name__}: {err}")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    sys.exit(UNKNOWN)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""nagiosplugin glue: the Resource measures, Contexts judge, the Summary words the status line."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import nagiosplugin
+from nagiosplugin.performance import Performance
+
+from check_vllm.contract.values import Verdict
+from check_vllm.contract.vocab import CRITICAL, LOCK_TIMEOUT, OK, UNKNOWN, WARNING, Options, Settings
+from check_vllm.memory import codec as memory
+from check_vllm.memory.statefile import StateBusy, StateError, check_file, load_marker, marker_path
+from check_vllm.nagios import statusline
+from check_vllm.observe import observe
+from check_vllm.server.fetch import Endpoint
+
+_STATES = {OK: nagiosplugin.Ok, WARNING: nagiosplugin.Warn, CRITICAL: nagiosplugin.Critical,
+           UNKNOWN: nagiosplugin.Unknown}
+
+#: label, unit, Verdict attribute: the perfdata contract (labels never change).
+PERFDATA = (
+    ("tokens_per_second", "", "tokens_per_second"),
+    ("prompt_tokens_per_second", "", "prompt_tokens_per_second"),
+    ("steps_per_second", "", "steps_per_second"),
+    ("running", "", "running"),
+    ("waiting", "", "waiting"),
+    ("kv_cache_usage", "%", "kv_cache"),
+    ("probe_seconds", "s", "probe_seconds"),
+    ("stalled_seconds", "s", "stalled_seconds"),
+)
+
+
+def number(value: float | None) -> str:
+    """Perfdata values per the plugin guidelines: plain decimals or U, never nan/inf/exponents."""
+    if value is None or value != value or value in (float("inf"), float("-inf")):
+        return "U"
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.3f}".rstrip("0").rstrip(".") if abs(value) < 10 else f"{value:.1f}"
+
+
+def _unit(metric: nagiosplugin.Metric) -> str:
+    return metric.uom if metric.value is not None else ""  # "U", never "U%"
+
+
+class Run(NamedTuple):
+    """Everything one run needs, decided by the command line."""
+
+    endpoint: Endpoint
+    settings: Settings
+    options: Options
+    state_dir: Path
+    deadline: float  # monotonic
+    lock_timeout: float = LOCK_TIMEOUT
+    doing: Callable[[str], None] = lambda what: None
+
+
+class Server(nagiosplugin.Resource):
+    """Observes one vLLM server and carries the state file across the observation."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.state_note = ""
+        self.save_failed = False
+
+    @property
+    def name(self) -> str:
+        return "VLLM"
+
+    def probe(self) -> Iterator[nagiosplugin.Metric]:
+        run = self.run
+        store = check_file(run.state_dir, run.endpoint.url, run.options.proxy, run.lock_timeout)
+        run.doing("the state file lock")
+        unsaved = ""
+        try:
+            store.lock()
+        except StateBusy as err:
+            raise nagiosplugin.CheckError(str(err)) from None
+        except StateError as err:  # no lock can be made there: judge this run alone, and say so
+            unsaved = f"state not saved: {err}"
+        try:
+            saved, note = store.load()
+            remembered = memory.from_json(saved)
+            marker, marker_note = load_marker(marker_path(run.state_dir, run.endpoint.url))
+            self.state_note = "; ".join(filter(None, (note, marker_note)))
+            with run.endpoint.client() as client:
+                verdict = observe(client, run.endpoint, remembered, run.settings, run.options,
+                                  deadline=run.deadline, marker=marker, doing=run.doing).verdict
+            run.doing("writing the state file")
+            if not unsaved:
+                try:
+                    store.save(memory.to_json(verdict.memory))
+                except StateError as err:
+                    unsaved = f"state not saved: {err}"
+            if unsaved:
+                self.save_failed = True
+                self.state_note = "; ".join(filter(None, (self.state_note, unsaved)))
+        finally:
+            store.unlock()
+        yield nagiosplugin.Metric("verdict", verdict, context="verdict")
+        for label, uom, attr in PERFDATA:
+            value = getattr(verdict, attr)
+            if attr == "probe_seconds" and value is None:
+                continue
+            context = label if label in ("waiting", "kv_cache_usage") else "perf"
+            yield nagiosplugin.Metric(label, value, uom, min=0, max=100 if uom == "%" else None, context=context)
+        yield nagiosplugin.Metric("state_file", self.state_note, context="state_file")
+
+
+class VerdictContext(nagiosplugin.Context):
+    def __init__(self) -> None:
+        super().__init__("verdict")
+
+    def evaluate(self, metric: nagiosplugin.Metric, resource: Any) -> nagiosplugin.Result:
+        verdict: Verdict = metric.value
+        return nagiosplugin.Result(_STATES[verdict.code], verdict.summary, metric)
+
+
+class PerfContext(nagiosplugin.Context):
+    """Perfdata only; the value is written by `number`, not by str()."""
+
+    def __init__(self, name: str = "perf") -> None:
+        super().__init__(name)
+
+    def evaluate(self, metric: nagiosplugin.Metric, resource: Any) -> nagiosplugin.Result:
+        return nagiosplugin.Result(nagiosplugin.Ok, None, metric)
+
+    def performance(self, metric: nagiosplugin.Metric, resource: Any) -> Performance:
+        return Performance(metric.name, number(metric.value), _unit(metric), min=metric.min, max=metric.max)
+
+
+class ThresholdContext(nagiosplugin.ScalarContext):
+    """-w/-c style ranges on a gauge that may be unknown (U) when the server gave no reading."""
+
+    def evaluate(self, metric: nagiosplugin.Metric, resource: Any) -> nagiosplugin.Result:
+        if metric.value is None:
+            return nagiosplugin.Result(nagiosplugin.Ok, None, metric)
+        for rng, state in ((self.critical, nagiosplugin.Critical), (self.warning, nagiosplugin.Warn)):
+            if not rng.match(metric.value):
+                return nagiosplugin.Result(state, f"{metric.name} {number(metric.value)}{metric.uom} "
+                                                  f"{rng.violation}", metric)
+        return nagiosplugin.Result(nagiosplugin.Ok, None, metric)
+
+    def performance(self, metric: nagiosplugin.Metric, resource: Any) -> Performance:
+        return Performance(metric.name, number(metric.value), _unit(metric), self.warning, self.critical,
+                           metric.min, metric.max)
+
+
+class StateFileContext(nagiosplugin.Context):
+    """A state that cannot be saved blinds the next run: worth a WARNING, never more."""
+
+    def __init__(self) -> None:
+        super().__init__("state_file")
+
+    def evaluate(self, metric: nagiosplugin.Metric, resource: Any) -> nagiosplugin.Result:
+        state = nagiosplugin.Warn if getattr(resource, "save_failed", False) else nagiosplugin.Ok
+        return nagiosplugin.Result(state, metric.value or None, metric)
+
+
+#: Long output (-v) names at most this many engines.
+VERBOSE_ENGINES = 64
+
+
+class VerdictSummary(nagiosplugin.Summary):
+    """The verdict word always leads; threshold breaches and state-file notes follow.
+
+    Whatever the parts hold, the text comes out as one clean line that leaves the perfdata room
+    (check_vllm.nagios.statusline): this is the last place server-written text passes before stdout.
+    """
+
+    def __init__(self) -> None:
+        self.check: nagiosplugin.Check | None = None  # set by build(): its perfdata shares the line
+
+    def _fit(self, text: str) -> str:
+        perfdata = " ".join(self.check.perfdata) if self.check is not None else ""
+        return statusline.fit(text, statusline.text_budget("VLLM CRITICAL - ", f"| {perfdata}" if perfdata else ""))
+
+    def _line(self, results: nagiosplugin.Results) -> str:
+        head = results["verdict"].hint
+        extra = [r.hint for r in results if r.metric and r.metric.name != "verdict" and r.hint]
+        return self._fit("; ".join([head, *extra]))
+
+    def ok(self, results: nagiosplugin.Results) -> str:
+        return self._line(results)
+
+    def problem(self, results: nagiosplugin.Results) -> str:
+        if "verdict" not in results:  # a CheckError (e.g. the state lock) produced no verdict
+            return self._fit("; ".join(r.hint for r in results if r.hint))
+        return self._line(results)
+
+    def verbose(self, results: nagiosplugin.Results) -> list[str]:
+        if "verdict" not in results:
+            return []
+        verdict: Verdict = results["verdict"].metric.value
+        named = sorted(verdict.engines.items())
+        lines = [statusline.fit(f"engine {name or '(unlabelled)'}: {word}", 200) for name, word in named[:VERBOSE_ENGINES]]
+        if len(named) > VERBOSE_ENGINES:
+            lines.append(f"... and {len(named) - VERBOSE_ENGINES} more engines")
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+        return [*lines, f"checked at {stamp}"]
+
+
+def build(run: Run, waiting: tuple[str | None, str | None], kv: tuple[str | None, str | None]) -> nagiosplugin.Check:
+    summary = VerdictSummary()
+    check = nagiosplugin.Check(
+        Server(run), VerdictContext(), PerfContext(), StateFileContext(),
+        ThresholdContext("waiting", *waiting), ThresholdContext("kv_cache_usage", *kv),
+        summary,
+    )
+    check.name = "VLLM"
+    summary.check = check
+    return check

@@ -1,0 +1,156 @@
+"""vllm.conf -> jobs: one INI section per vLLM server, [DEFAULT] for what they share.
+
+A section with a bad value is reported and skipped; the other jobs still run. Only a file with no
+usable job at all is a configuration that can never work (the plugin then says DISABLE).
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from check_vllm.contract.vocab import OPTIONS, SETTINGS
+
+CONF_NAME = "vllm.conf"
+DEFAULT_CONFIG_DIR = "/etc/netdata"
+
+
+class ConfigError(ValueError):
+    """A job (or the whole file) that cannot work as written."""
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str  # sanitised section name: charts are vllm_<name>.<chart>
+    url: str
+    update_every: int = 1
+    proxy: bool = False
+    stuck_readings: int = SETTINGS.stuck_readings
+    stuck_seconds: float = SETTINGS.stuck_seconds
+    probe: bool = OPTIONS.probe
+    #: At most one idle probe per this many seconds.
+    probe_every: float = 60.0
+    probe_timeout: float = OPTIONS.probe_timeout
+    #: Per-request timeout for /metrics and /v1/models; a slow server delays only its own job.
+    timeout: float = 5.0
+    api_key: str | None = None
+    model: str | None = None
+
+    @property
+    def chart_type(self) -> str:
+        return f"vllm_{self.name}"
+
+    @property
+    def probes(self) -> bool:
+        return self.probe and not self.proxy
+
+    def __repr__(self) -> str:  # never print the key
+        return f"Job(name={self.name!r}, url={self.url!r}, update_every={self.update_every})"
+
+
+#: A job's defaults, for the options a section leaves out.
+JOB = Job(name="", url="")
+
+_BOOLS = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
+_KNOWN = {"url", "proxy", "update_every", "stuck_readings", "stuck_seconds", "probe", "probe_every",
+          "probe_timeout", "timeout", "api_key_file", "model"}
+
+
+def config_path(env: Mapping[str, str] | None = None) -> Path:
+    """vllm.conf in $NETDATA_USER_CONFIG_DIR, which Netdata sets for its plugins."""
+    where = (os.environ if env is None else env).get("NETDATA_USER_CONFIG_DIR") or DEFAULT_CONFIG_DIR
+    return Path(where) / CONF_NAME
+
+
+def job_name(section: str) -> str:
+    """Netdata ids keep [a-z0-9_]: everything else becomes `_`."""
+    return re.sub(r"[^a-z0-9_]", "_", section.strip().lower()) or "_"
+
+
+def _number(sec: configparser.SectionProxy, key: str, default: float, low: float, high: float) -> float:
+    raw = sec.get(key)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{key} = {raw!r} is not a number") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{key} = {raw} is outside {low:g}..{high:g}")
+    return value
+
+
+def _flag(sec: configparser.SectionProxy, key: str, default: bool) -> bool:
+    raw = (sec.get(key) or "").strip().lower()
+    if not raw:
+        return default
+    if raw not in _BOOLS:
+        raise ConfigError(f"{key} = {raw!r} is not yes or no")
+    return _BOOLS[raw]
+
+
+def parse_job(section: str, sec: configparser.SectionProxy, plugin_every: int) -> Job:
+    unknown = sorted(set(sec) - _KNOWN)
+    if unknown:
+        raise ConfigError(f"unknown option(s) {', '.join(unknown)}")
+    url = (sec.get("url") or "").strip().rstrip("/")
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise ConfigError(f"url = {url!r} is not an http:// or https:// URL" if url else "no url")
+    api_key = None
+    key_file = (sec.get("api_key_file") or "").strip()
+    if key_file:
+        try:
+            api_key = Path(key_file).read_text(encoding="utf-8").strip() or None
+        except OSError as err:
+            raise ConfigError(f"api_key_file {key_file}: {err.strerror or err}") from None
+    every = int(_number(sec, "update_every", plugin_every, 1, 3600))
+    return Job(
+        name=job_name(section),
+        url=url,
+        update_every=max(every, plugin_every),  # a job never runs faster than the plugin
+        proxy=_flag(sec, "proxy", JOB.proxy),
+        stuck_readings=int(_number(sec, "stuck_readings", JOB.stuck_readings, 1, 1000)),
+        stuck_seconds=_number(sec, "stuck_seconds", JOB.stuck_seconds, 0, 86400),
+        probe=_flag(sec, "probe", JOB.probe),
+        probe_every=_number(sec, "probe_every", JOB.probe_every, 1, 86400),
+        probe_timeout=_number(sec, "probe_timeout", JOB.probe_timeout, 0.1, 600),
+        timeout=_number(sec, "timeout", JOB.timeout, 0.1, 600),
+        api_key=api_key,
+        model=(sec.get("model") or "").strip() or None,
+    )
+
+
+def load(text: str, plugin_every: int) -> tuple[list[Job], list[str]]:
+    """Jobs from vllm.conf text, and one problem line per section that was skipped."""
+    parser = configparser.ConfigParser(interpolation=None, default_section="DEFAULT")
+    try:
+        parser.read_string(text)
+    except configparser.Error as err:
+        return [], [f"{CONF_NAME} is not valid INI: {str(err).splitlines()[0]}"]
+    jobs: list[Job] = []
+    problems: list[str] = []
+    for section in parser.sections():
+        try:
+            job = parse_job(section, parser[section], plugin_every)
+        except ConfigError as err:
+            problems.append(f"job [{section}] skipped: {err}")
+            continue
+        if any(j.name == job.name for j in jobs):
+            problems.append(f"job [{section}] skipped: its chart id vllm_{job.name} is taken by another job")
+            continue
+        jobs.append(job)
+    if not parser.sections():
+        problems.append(f"{CONF_NAME} has no job section (e.g. [local] with url = http://127.0.0.1:8000)")
+    return jobs, problems
+
+
+def load_file(path: Path, plugin_every: int) -> tuple[list[Job], list[str]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        return [], [f"cannot read {path}: {err.strerror or err}"]
+    return load(text, plugin_every)

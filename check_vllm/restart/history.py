@@ -1,0 +1,89 @@
+"""The restart history check_vllm_restart keeps beside the check's state file: its path and its reading.
+
+Every entry is rebuilt from the fields the handler uses, each of the right type, so what is saved back
+is always valid whatever the file held; the cooldown and the circuit breaker count these entries.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from check_vllm.memory.statefile import StateFile, marker_path
+from check_vllm.restart.policy import CLOCK_SLACK
+
+#: Restarts kept on record (the breaker looks at one hour; the rest is for people).
+HISTORY_KEEP = 100
+
+
+def history_path(state_dir: Path, url: str) -> Path:
+    m = marker_path(state_dir, url)
+    return m.with_name(m.name.replace(".restart.json", ".restart-history.json"))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        out = float(value)
+    except OverflowError:
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _entry(raw: Any) -> dict[str, Any] | None:
+    """One restart of the history rebuilt from the fields it uses, each of the right type; None when it
+    has no usable time. What is saved back is then always valid, whatever the file held."""
+    if not isinstance(raw, dict):
+        return None
+    at = _number(raw.get("at"))
+    if at is None:
+        return None
+    rc = raw.get("rc")
+    entry: dict[str, Any] = {
+        "at": at,
+        "verdict": raw["verdict"][:40] if isinstance(raw.get("verdict"), str) else None,
+        "command": raw["command"][:200] if isinstance(raw.get("command"), str) else "",
+        "rc": rc if isinstance(rc, int) and not isinstance(rc, bool) and abs(rc) < 1 << 31 else None,
+    }
+    for key in ("seconds", "done"):
+        value = _number(raw.get(key))
+        if value is not None:
+            entry[key] = value
+    return entry
+
+
+def load_history(store: StateFile) -> tuple[list[dict[str, Any]], str | None]:
+    """The restarts on record, each valid, and what was wrong with the file when part or all of it could
+    not be used (the handler still decides, on what is left)."""
+    data, problem = store.load()
+    raw = data.get("restarts")
+    if problem is None and data and not isinstance(raw, list):
+        problem = f"{store.what} corrupt; {store.fresh}"
+    listed: list[Any] = raw if isinstance(raw, list) else []
+    entries = [e for e in map(_entry, listed) if e is not None]
+    if problem is None and len(entries) < len(listed):
+        problem = f"{len(listed) - len(entries)} unusable {store.what} entries dropped"
+    return entries[-HISTORY_KEEP:], problem
+
+
+def counted_from(entry: dict[str, Any]) -> float:
+    """When a restart counts: from when its command finished, if it did (a verdict written while the old
+    process was being stopped is still a verdict about the old process)."""
+    return max(entry["at"], entry.get("done", entry["at"]))
+
+
+def bring_back(entries: list[dict[str, Any]], now: float) -> str | None:
+    """Restarts dated in the future (the clock stepped back since they were written) are dated `now`,
+    in place: the cooldown and the breaker then count them from the moment the step was seen. Left as
+    they were, they would refuse every restart until the clock caught up, hours for a large step.
+    Says what it changed, or None."""
+    ahead = max((counted_from(e) - now for e in entries), default=0.0)
+    if ahead <= CLOCK_SLACK:
+        return None
+    for e in entries:
+        e["at"] = min(e["at"], now)
+        if "done" in e:
+            e["done"] = min(e["done"], now)
+    return f"restart history dated up to {ahead:.0f} s in the future (the clock stepped back): counted from now"

@@ -1,0 +1,172 @@
+"""The three vLLM calls the check makes: GET /metrics, GET /v1/models, and the 1-token probe.
+
+Each returns a value of check_vllm.contract.values and never raises: a Reading or the Failure that explains
+why there is none; the liveness /v1/models gives; the ProbeOutcome with its one kind. The probe is a
+real completion, so it takes a request slot: it is sent only to an idle engine.
+
+/metrics comes in two sizes. The whole page (~50 KB on vLLM 0.32, ~8 ms of the API server's CPU on
+the event loop that serves the users) is vLLM's own route, which ignores any query. The restricted
+page is prometheus_client's app, which vLLM mounts at /metrics/ beside it: it honours `name[]` by
+sample name and returns only the series check_vllm.server.reading reads (~4 KB, under 1 KB gzipped, a fifth
+of the CPU: tests/real_vllm/test_restricted_real.py measures it).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import httpx
+
+from check_vllm.contract.safe_text import clean
+from check_vllm.contract.values import (
+    ANSWERED,
+    CUT_SHORT,
+    ENGINE_DEAD,
+    MODELS_OK,
+    NO_ANSWER,
+    REFUSED,
+    REJECTED,
+    Failure,
+    ProbeOutcome,
+    Reading,
+)
+from check_vllm.contract.vocab import DOWN, NO_METRICS, UNREACHABLE, UNRESPONSIVE
+from check_vllm.server import reading
+from check_vllm.server.fetch import Endpoint, FetchError, request
+from check_vllm.server.reading import NotMetrics, parse
+
+PROBE_PROMPT = "Hi"
+#: What vLLM's API server says once its EngineCore has died (vllm.v1.engine.exceptions.EngineDeadError).
+ENGINE_DEAD_SIGNS = ("EngineCore encountered an issue", "EngineDeadError", "Engine loop is not running")
+
+
+def _unreached(err: FetchError) -> str | None:
+    """The verdict word for a request that reached no server: nothing listens, or we cannot get there."""
+    return {"down": DOWN, "unreachable": UNREACHABLE}.get(err.kind)
+
+
+#: The whole page.
+WHOLE = "/metrics"
+#: Only the samples check_vllm.server.reading reads (its own list, `_created` and process_start_time_seconds
+#: included), sorted: one URL, the same on every run. `name[]` goes percent-encoded: a bracket is not
+#: allowed in a query (RFC 3986), and strict proxies and servers refuse it bare.
+RESTRICTED = "/metrics/?" + "&".join(f"name%5B%5D={name}" for name in sorted(reading.WANTED))
+
+
+def read_metrics(client: httpx.Client, endpoint: Endpoint, timeout: float) -> Reading | Failure:
+    """GET the whole /metrics page once: a Reading, or the Failure that explains why there is none."""
+    return _read(client, endpoint, WHOLE, timeout)[0]
+
+
+class Restricted(NamedTuple):
+    """What one GET of the restricted page gave."""
+
+    #: A Reading; a Failure where the whole page could not do better (nothing listens, no answer in
+    #: time); None where the URL itself may be at fault: read the whole page instead.
+    got: Reading | Failure | None
+    #: False when the URL is not served as asked here (None above, or a redirect that led to a page).
+    as_asked: bool = True
+
+
+def read_restricted(client: httpx.Client, endpoint: Endpoint, timeout: float) -> Restricted:
+    """GET the restricted page once. The URL may be at fault on a 4xx, a 5xx, a page without the families
+    asked for or a redirect gone wrong (an older vLLM, a proxy that routes only /metrics or strips the
+    query); a redirect that led to a page means the same, though that page is read. A page with more
+    than was asked for (a server that ignores the filter) is a Reading like any other."""
+    got, at_fault, redirected = _read(client, endpoint, RESTRICTED, timeout)
+    if at_fault:
+        return Restricted(None, False)
+    return Restricted(got, not redirected)
+
+
+def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float) -> tuple[Reading | Failure, bool, bool]:
+    """(what one GET of `path` gave, whether another URL might do better, whether it was redirected).
+    Failures name /metrics, never the query: it is long, and an operator knows the endpoint by that name."""
+    try:
+        resp = request(client, endpoint, "GET", path, timeout)
+    except FetchError as err:
+        detail = err.detail.replace(path, WHOLE)
+        unreached = _unreached(err)
+        if unreached:
+            return Failure(unreached, f"{detail} ({endpoint.url})"), False, False
+        if err.kind == "timeout":
+            return Failure(UNRESPONSIVE, detail), False, False
+        if err.kind in ("too large", "redirect", "encoding"):  # the page is not where we were told: no metrics
+            return Failure(NO_METRICS, detail), True, False
+        return Failure(UNRESPONSIVE, detail), True, False
+    if resp.status >= 500:
+        return Failure(UNRESPONSIVE, f"/metrics answered HTTP {resp.status}"), True, False
+    if resp.status != 200:
+        return Failure(NO_METRICS, f"/metrics answered HTTP {resp.status}"), True, False
+    try:
+        return parse(resp.text()), False, resp.redirects > 0
+    except NotMetrics as err:
+        kind = resp.content_type.split(";")[0].strip() or "no content type"
+        kind = clean(kind, 60)
+        detail = f"/metrics is not vLLM's ({clean(str(err), 160)}; {kind}, {len(resp.body)} bytes)"
+        return Failure(NO_METRICS, detail), True, False
+
+
+def first_model(client: httpx.Client, endpoint: Endpoint, timeout: float) -> str | None:
+    """The first model id /v1/models lists. Raises FetchError when the endpoint does not answer."""
+    resp = request(client, endpoint, "GET", "/v1/models", timeout, auth=True)
+    if resp.status != 200:
+        raise FetchError("status", f"/v1/models answered HTTP {resp.status}", resp.status)
+    doc = resp.json()
+    try:
+        model = doc["data"][0]["id"]
+    except (TypeError, KeyError, IndexError):
+        raise FetchError("protocol", "/v1/models did not list any model") from None
+    return clean(str(model), 200) if isinstance(model, (str, int)) else None
+
+
+def liveness(client: httpx.Client, endpoint: Endpoint, kind: str, detail: str, timeout: float) -> Failure:
+    """Liveness from /v1/models alone, for when /metrics cannot tell (or must not be read)."""
+    try:
+        model = first_model(client, endpoint, timeout)
+    except FetchError as err:
+        unreached = _unreached(err)
+        why = f"{err.detail} ({endpoint.url})" if unreached else err.detail
+        return Failure(kind, f"{detail}; /v1/models failed too: {why}" if detail else why,
+                       models=unreached or UNRESPONSIVE)
+    return Failure(kind, detail, models=MODELS_OK, model=model)
+
+
+def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: float, full: bool = True) -> ProbeOutcome:
+    """Send one completion of max_tokens 1 and say how it went.
+
+    `full` is False when the run's -t budget left less than --probe-timeout: no answer then proves nothing.
+    """
+    body = {"model": model, "prompt": PROBE_PROMPT, "max_tokens": 1, "temperature": 0, "stream": False}
+    try:
+        resp = request(client, endpoint, "POST", "/v1/completions", timeout, body=body, auth=True)
+    except FetchError as err:
+        # nothing listens: down; unreachable from here (DNS, TLS) right after /metrics answered: proves nothing
+        kind = {"down": REFUSED, "unreachable": REJECTED}.get(err.kind, NO_ANSWER if full else CUT_SHORT)
+        return ProbeOutcome(kind, timeout, err.detail)
+    if resp.status != 200:
+        said = endpoint.redact(_error_text(resp.json()))
+        detail = f"completion answered HTTP {resp.status}{clean(said, 160)}"
+        if resp.status >= 500 and any(sign in said for sign in ENGINE_DEAD_SIGNS):
+            return ProbeOutcome(ENGINE_DEAD, resp.seconds, detail)
+        return ProbeOutcome(REJECTED if 400 <= resp.status < 500 else NO_ANSWER, resp.seconds, detail)
+    doc = resp.json()
+    if not isinstance(doc, dict) or not doc.get("choices"):
+        return ProbeOutcome(NO_ANSWER, resp.seconds, "completion answer has no choices")
+    usage = doc.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    return ProbeOutcome(ANSWERED, resp.seconds, prompt_tokens=_count(usage.get("prompt_tokens"), 16.0),
+                        completion_tokens=_count(usage.get("completion_tokens"), 1.0))
+
+
+def _count(value: object, default: float) -> float:
+    return float(value) if isinstance(value, (int, float)) and 0 <= value < 1e6 else default
+
+
+def _error_text(doc: object) -> str:
+    if isinstance(doc, dict):
+        err = doc.get("error")
+        msg = err.get("message") if isinstance(err, dict) else doc.get("message")
+        if isinstance(msg, str) and msg:
+            return f": {msg[:400]}"
+    return ""

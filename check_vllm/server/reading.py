@@ -1,0 +1,154 @@
+"""vLLM's /metrics text -> one Reading: the few numbers the verdict needs, per engine.
+
+Only the wanted families are handed to prometheus_client's parser: a real page is ~55 KB of
+histograms we never look at, and filtering lines first makes parsing ~10x cheaper.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from check_vllm.contract.safe_text import clean
+from check_vllm.contract.values import COUNTER_FIELDS, PROGRESS_FIELDS, EngineReading, Reading
+from check_vllm.server.promtext import Sample, sample
+
+# sample name -> field of EngineReading. Counters keep `_total` on their samples.
+_SAMPLES = {
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:iteration_tokens_total_count": "steps",
+    "vllm:iteration_tokens_total_sum": "step_tokens",
+    "vllm:generation_tokens_total": "generation_tokens",
+    "vllm:prompt_tokens_total": "prompt_tokens",
+    "vllm:request_success_total": "finished",
+    "vllm:kv_cache_usage_perc": "kv_cache",
+    "vllm:gpu_cache_usage_perc": "kv_cache",  # vLLM < 0.10 (V0) name
+    "vllm:num_preemptions_total": "preemptions",
+}
+# Counters whose `_created` sample marks the birth of the process that owns them.
+_CREATED = {
+    "vllm:generation_tokens_created",
+    "vllm:prompt_tokens_created",
+    "vllm:request_success_created",
+    "vllm:iteration_tokens_total_created",
+}
+_SLEEP = "vllm:engine_sleep_state"
+_START = "process_start_time_seconds"
+# The sample names the check reads (a line is wanted when its name, up to `{` or ` `, is one): the
+# parser's filter, and the names the restricted page asks for (api.RESTRICTED).
+WANTED = frozenset(_SAMPLES) | _CREATED | {_SLEEP, _START}
+
+
+class NotMetrics(ValueError):
+    """The page is not a vLLM Prometheus page (HTML, garbage, or no `vllm:` family)."""
+
+
+def _wanted(line: str) -> bool:
+    if not line or line[0] == "#":
+        return False
+    end = len(line)
+    for stop in ("{", " "):
+        i = line.find(stop)
+        if 0 < i < end:
+            end = i
+    return line[:end] in WANTED
+
+
+#: Beyond 2**53 a float no longer counts in ones: no request gauge or token counter gets there honestly.
+_LARGEST = float(1 << 53)
+
+
+def _number(value: float) -> float | None:
+    """Prometheus allows NaN and +Inf; neither (nor an absurd magnitude) is a usable count or gauge."""
+    return value if math.isfinite(value) and abs(value) <= _LARGEST else None
+
+
+class _Collected(NamedTuple):
+    values: dict[str, dict[str, float]]
+    created: dict[str, float]
+    asleep: dict[str, bool]
+    process_start: float | None
+    model: str | None
+
+
+def _collect(samples: list[Sample]) -> _Collected:
+    """The wanted samples, per engine label."""
+    out = _Collected({}, {}, {}, None, None)
+    process_start, model = None, None
+    for name, labels, raw in samples:
+        value = _number(raw)
+        if name == _START:
+            process_start = value
+            continue
+        engine = clean(labels.get("engine", ""), 40)
+        model = model or clean(labels.get("model_name", ""), 200) or None
+        if value is None:
+            continue
+        if name in _CREATED:
+            out.created[engine] = max(out.created.get(engine, value), value)
+        elif name == _SLEEP:
+            if labels.get("sleep_state") == "awake":
+                out.asleep[engine] = value < 0.5
+        elif name in _SAMPLES:
+            fields = out.values.setdefault(engine, {})
+            key = _SAMPLES[name]
+            # request_success has one series per finished_reason: sum them; a duplicated
+            # gauge series (a broken exporter) keeps the last value rather than doubling.
+            fields[key] = fields.get(key, 0.0) + value if key == "finished" else value
+    return out._replace(process_start=process_start, model=model)
+
+
+def _never_served(fields: dict[str, float]) -> bool:
+    """Counters there, all at zero: an engine that has had no request yet. In prometheus_client's
+    multiprocess mode (vLLM with --api-server-count > 1 or data parallel) an engine's request gauges
+    appear only with its first request, so its page has no work to show: it has none."""
+    counters = [fields[f] for f in COUNTER_FIELDS if f in fields]
+    return bool(counters) and not any(counters) and not fields.get("kv_cache")
+
+
+def _usable(values: dict[str, dict[str, float]]) -> None:
+    """Raise NotMetrics for a page that cannot tell busy from stuck."""
+    if not values:
+        raise NotMetrics("no vllm: request metrics on the page")
+    for engine, fields in values.items():
+        if "running" not in fields and "waiting" not in fields and not _never_served(fields):
+            where = f" for engine {engine}" if engine else ""
+            raise NotMetrics(f"no vllm:num_requests_running/waiting{where}: work unknown")
+    # A page cut short or an exporter that lost its counters: no engine shows any progress signal.
+    if not any(f in fields for fields in values.values() for f in PROGRESS_FIELDS) and any(
+        fields.get("running", 0.0) > 0 or fields.get("waiting", 0.0) > 0 for fields in values.values()
+    ):
+        raise NotMetrics("work but no progress counters on the page: cannot tell busy from stuck")
+
+
+def parse(text: str) -> Reading:
+    """Parse a /metrics page. Raises NotMetrics when it holds no usable `vllm:` family."""
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        lines.pop()  # a line is complete only with its newline: a cut body must not yield a cut number
+    lines = [line for line in lines if _wanted(line)]
+    if not lines:
+        raise NotMetrics("no vllm: metrics on the page")
+    try:
+        got = _collect([sample(line) for line in lines])
+    except ValueError as err:
+        raise NotMetrics(f"unparseable metrics: {err}") from None
+    _usable(got.values)
+    engines = {
+        engine: EngineReading(
+            running=max(fields.get("running", 0.0), 0.0),
+            waiting=max(fields.get("waiting", 0.0), 0.0),
+            steps=fields.get("steps"),
+            step_tokens=fields.get("step_tokens"),
+            generation_tokens=fields.get("generation_tokens"),
+            prompt_tokens=fields.get("prompt_tokens"),
+            finished=fields.get("finished"),
+            kv_cache=fields.get("kv_cache"),
+            preemptions=fields.get("preemptions"),
+            asleep=got.asleep.get(engine),
+            created=got.created.get(engine),
+        )
+        for engine, fields in sorted(got.values.items())
+    }
+    return Reading(engines=engines, process_start=got.process_start, model=got.model)

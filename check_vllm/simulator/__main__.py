@@ -1,5 +1,0 @@
-"""``python -m check_vllm.simulator``: the same as the ``vllm-simulator`` console script."""
-
-from .cli import main
-
-raise SystemExit(main())

@@ -1,0 +1,48 @@
+"""A vLLM look-alike HTTP server for tests and demos.
+
+check_vllm has to tell a busy vLLM server from a stuck one, and the only honest way to test that is against
+something that behaves like vLLM on the wire: a real TCP socket, a Prometheus page with vLLM's metric names
+rendered by prometheus_client (the same library the check parses with), a slot limit so that an inference
+probe really waits in the queue behind background work, and counters that move (or do not) the way they do
+on a real engine. Scenarios switch that behaviour at run time, in process (``Simulator.set_scenario``) or over
+HTTP (``POST /_sim/scenario``) when the simulator runs as a subprocess (``vllm-simulator`` /
+``python -m vllm_simulator``).
+
+Every scenario is one row of ``scenarios.TABLE``; the code reads the row's fields, never the name. Counters
+advance lazily: every read of ``/metrics`` and every state change first credits each engine with the work it
+would have done since the previous advance, at fixed rates, under the scenario that was in force. That keeps
+the simulator free of background threads and makes "how much moved in 0.2 s" predictable for tests.
+
+Nothing here is meant for production; it only depends on the standard library and prometheus_client.
+
+Modules: ``scenarios`` (the table), ``engine`` (one engine's counters and rates), ``process`` (the simulated
+process behind the lock), ``vllm_families`` and ``page`` (the /metrics page), ``openai_api`` (request and
+response bodies), ``handler`` and ``listener`` (HTTP and the socket), ``core`` (``Simulator``), ``cli``.
+"""
+
+from __future__ import annotations
+
+from .cli import main
+from .core import Simulator
+from .engine import (
+    GENERATION_TOKENS_PER_SLOT_SECOND,
+    PROMPT_TOKENS_PER_ENGINE_SECOND,
+    STEPS_PER_SLOT_SECOND,
+)
+from .process import RecordedRequest
+from .scenarios import BY_NAME, SCENARIOS, TABLE, EngineMode, MetricsAnswer, Scenario
+
+__all__ = [
+    "BY_NAME",
+    "GENERATION_TOKENS_PER_SLOT_SECOND",
+    "PROMPT_TOKENS_PER_ENGINE_SECOND",
+    "SCENARIOS",
+    "STEPS_PER_SLOT_SECOND",
+    "TABLE",
+    "EngineMode",
+    "MetricsAnswer",
+    "RecordedRequest",
+    "Scenario",
+    "Simulator",
+    "main",
+]

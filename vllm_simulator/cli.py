@@ -1,0 +1,74 @@
+"""``vllm-simulator`` / ``python -m vllm_simulator``: the simulator as a process, for tests that need one.
+
+Subprocess tests (the monitoring tier, the Netdata collector) steer it over ``/_sim/`` and stop it with
+SIGTERM; the first line on stdout tells them the URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from .core import DEFAULT_BUSY_QUEUE_SECONDS, Simulator
+from .scenarios import SCENARIOS, TABLE
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="vllm-simulator",
+        description="A vLLM look-alike server (metrics, models, completions) for testing check_vllm.",
+        epilog="scenarios:\n" + "\n".join(f"  {entry.name:<14} {entry.description}" for entry in TABLE),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (default 8000)")
+    parser.add_argument("--scenario", default="idle", choices=SCENARIOS)
+    parser.add_argument("--engines", type=int, default=1, help="data-parallel engines (default 1)")
+    parser.add_argument("--max-num-seqs", type=int, default=2, help="request slots per engine (default 2)")
+    parser.add_argument("--legacy", action="store_true", help="vLLM 0.6-0.9 (V0) metric names, no engine label")
+    parser.add_argument("--multiprocess", action="store_true",
+                        help="prometheus multiprocess mode: no process_* metrics, no _created samples")
+    parser.add_argument("--model", default="tiny-llama")
+    parser.add_argument("--slow-seconds", type=float, default=10.0,
+                        help="delay of /metrics in scenario slow (default 10)")
+    parser.add_argument("--busy-queue-seconds", type=float, default=DEFAULT_BUSY_QUEUE_SECONDS,
+                        help="how long a real request queues in scenario busy before it is served (default 30)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console script ``vllm-simulator``: serve until SIGTERM or SIGINT, then exit 0."""
+    args = _parse_args(argv)
+    try:
+        sim = Simulator(
+            scenario=args.scenario,
+            engines=args.engines,
+            max_num_seqs=args.max_num_seqs,
+            legacy=args.legacy,
+            multiprocess=args.multiprocess,
+            model=args.model,
+            slow_seconds=args.slow_seconds,
+            host=args.host,
+            port=args.port,
+            busy_queue_seconds=args.busy_queue_seconds,
+        )
+        sim.start()
+    except (ValueError, OSError) as exc:
+        print(f"vllm-simulator: {exc}", file=sys.stderr)
+        return 2
+    done = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    print(f"vllm-simulator listening on {sim.url} scenario={sim.scenario}", flush=True)
+    while not done.wait(0.5):
+        pass
+    sim.stop()
+    return 0

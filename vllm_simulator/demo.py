@@ -1,0 +1,113 @@
+"""`tox -e demo`: check_vllm against the built-in simulator in every scenario, no GPU needed.
+
+Each scenario shows the exact Nagios output and exit code, and how many inference requests the
+check sent. The saturated scenario also runs the classic "send a chat request and wait" check,
+scaled down to seconds, to show the false alarm this project exists to prevent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from typing import NamedTuple
+
+import httpx
+
+from vllm_simulator import BY_NAME, Simulator
+
+STATES = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
+FAST = ("--min-gap", "0.5", "--reread-delay", "0.6", "--stuck-seconds", "0", "--probe-timeout", "2", "-t", "6")
+
+
+class Step(NamedTuple):
+    """One scenario of the tour; what it stands for comes from the simulator's scenario table."""
+
+    scenario: str
+    runs: int = 1  # check runs to show: a verdict that needs a history needs several
+    from_busy: bool = False  # enter it from a healthy busy baseline the check has seen (stuck, restarted)
+
+
+#: The tour, in the order shown; multiprocess and http_502 are left out, they would look like busy and http_500.
+STEPS = (
+    Step("idle"),
+    Step("busy", 2),
+    Step("long_prefill", 2),
+    Step("stuck", 3, from_busy=True),
+    Step("hung_idle"),
+    Step("dp_one_frozen", 3),
+    Step("restarted", from_busy=True),
+    Step("sleeping"),
+    Step("no_metrics"),
+    Step("html"),
+    Step("http_500"),
+    Step("slow"),
+    Step("dead"),
+)
+
+
+def _check(url: str, state_dir: str, *extra: str) -> tuple[int, str]:
+    argv = [sys.executable, "-m", "check_vllm", "-u", url, "--state-dir", state_dir, *FAST, *extra]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    return proc.returncode, proc.stdout.strip()
+
+
+def classic_probe(url: str, timeout: float) -> tuple[str, float]:
+    """What the old way does: a real chat request, restart the server if it does not answer in time."""
+    started = time.monotonic()
+    try:
+        httpx.post(f"{url}/v1/chat/completions", timeout=timeout,
+                   json={"model": "tiny-llama", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 8})
+    except httpx.TimeoutException:
+        return f"CRITICAL - chat request timed out after {timeout:g} s -> restart vLLM", time.monotonic() - started
+    except httpx.HTTPError as err:
+        return f"CRITICAL - chat request failed: {err}", time.monotonic() - started
+    return "OK - chat request answered", time.monotonic() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argparse.ArgumentParser(description=__doc__).parse_args(argv)
+    del args
+    started = time.monotonic()
+    dp = BY_NAME["dp_one_frozen"]
+    with tempfile.TemporaryDirectory() as tmp, Simulator(scenario="idle", slow_seconds=30) as sim, \
+            Simulator(scenario=dp.name, engines=dp.min_engines) as dp_sim:
+        print(f"vLLM simulator on {sim.url} (2 request slots, like --max-num-seqs 2)\n")
+        for n, step in enumerate(STEPS):
+            state_dir = f"{tmp}/{n}"
+            entry = BY_NAME[step.scenario]
+            # a server never changes its engine count, so the multi-engine scenario has its own
+            server = dp_sim if entry.min_engines > 1 else sim
+            if server is sim:
+                sim.set_scenario("busy" if step.from_busy else entry.name)
+            if step.from_busy:
+                _check(sim.url, state_dir)  # a healthy busy baseline first
+                time.sleep(0.6)
+                sim.set_scenario(entry.name)
+            server.clear_requests()
+            print(f"== {entry.name}: {entry.description}")
+            for _ in range(step.runs):
+                code, out = _check(server.url, state_dir)
+                print(f"$ check_vllm -u {server.url}\n{out}\n-> exit {code} ({STATES.get(code, '?')})")
+                time.sleep(0.6)
+            print(f"   inference requests the check sent: {len(server.inference_requests())}\n")
+
+        print("== saturated: check_vllm vs the classic probe-style check (a chat request, 3 s timeout)")
+        sim.set_scenario("busy")
+        sim.clear_requests()
+        t0 = time.monotonic()
+        code, out = _check(sim.url, f"{tmp}/sat")
+        ours = time.monotonic() - t0
+        ours_requests = len(sim.inference_requests())
+        verdict, theirs = classic_probe(sim.url, 3.0)
+        print(f"check_vllm   ({ours:.1f} s, {ours_requests} inference requests): {out.split(' | ')[0]}")
+        print(f"classic probe ({theirs:.1f} s, 1 inference request that waited for a slot): {verdict}")
+        print("The classic check would restart a healthy, fully loaded server and fail every request in flight.")
+    print(f"\ndemo finished in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
