@@ -21,7 +21,17 @@ from typing import NamedTuple
 import httpx
 
 from check_vllm.contract.values import CUT_SHORT, REJECTED, Failure, Instant, Memory, ProbeOutcome, Reading, Verdict
-from check_vllm.contract.vocab import NO_METRICS, PROBE, PROXY, REREAD, RUN_TIMEOUT, Options, Settings
+from check_vllm.contract.vocab import (
+    DOWN,
+    NO_METRICS,
+    PROBE,
+    PROXY,
+    REREAD,
+    RUN_TIMEOUT,
+    UNRESPONSIVE,
+    Options,
+    Settings,
+)
 from check_vllm.judge.assess import assess
 from check_vllm.judge.proof import elapsed, instant
 from check_vllm.server import api, clock
@@ -116,12 +126,17 @@ def observe(
     return seen._replace(verdict=seen.verdict._replace(memory=carried))
 
 
-def _silence(memory: Memory, failure: Failure, settings: Settings, now: Instant | float,
-             marker: float | None = None) -> Verdict:
-    """A run without a reading, judged (imported here: a run that got its reading never loads that judge)."""
+def _silence(calls: _Calls, memory: Memory, failure: Failure, settings: Settings, marker: float | None = None) -> Verdict:
+    """A run without a reading, judged (imported here: a run that got its reading never loads that judge);
+    the host is asked for the server's process only then, and only when it could be a witness."""
     from check_vllm.judge.silence import assess_failure
+    from check_vllm.server import host
 
-    return assess_failure(memory, failure, settings, now, marker)
+    witness = None
+    if failure.kind in (DOWN, UNRESPONSIVE, NO_METRICS):
+        calls.doing("looking for the server's process")
+        witness = host.witness(calls.endpoint.url, calls.options.pid_file, calls.options.pid_command)
+    return assess_failure(memory, failure, settings, calls.now(), marker, witness)
 
 
 def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: float | None,
@@ -129,12 +144,12 @@ def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: float |
     """Read, judge, and read again or probe as the verdict asks."""
     options, deadline, now = calls.options, calls.deadline, calls.now
     if options.proxy:
-        return Observation(_silence(memory, calls.liveness(PROXY, ""), settings, now()))
+        return Observation(_silence(calls, memory, calls.liveness(PROXY, ""), settings))
 
     started = time.monotonic()
     got = calls.metrics()
     if isinstance(got, Failure):
-        return Observation(_silence(memory, got, settings, now(), marker))
+        return Observation(_silence(calls, memory, got, settings, marker))
     verdict = assess(memory, got, settings, now())
     # A second read is fair only with at least the time the first one took: cut shorter by -t, a slow
     # server's late answer would read as no answer.
@@ -146,7 +161,7 @@ def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: float |
         sleep(pause)
         again = calls.metrics()
         if isinstance(again, Failure):
-            return Observation(_silence(verdict.memory, again, settings, now(), marker), got)
+            return Observation(_silence(calls, verdict.memory, again, settings, marker), got)
         got, verdict = again, assess(verdict.memory, again, settings, now())
 
     if verdict.action == PROBE and options.probe and may_probe():

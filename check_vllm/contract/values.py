@@ -125,6 +125,39 @@ class Remembered(NamedTuple):
     engines: Mapping[str, str] = _EMPTY
 
 
+class ServerProcess(NamedTuple):
+    """The vLLM API server's process as this host sees it. PID, start (clock ticks since boot) and boot id
+    together name one process: a reused PID has another start, a reboot another boot id."""
+
+    pid: int
+    start_ticks: int
+    #: When it started, on both clocks (the boot-time one exact, the wall one derived from it).
+    started: Instant
+    #: How it was found: "command line", "pid file", "pid command".
+    how: str
+
+    @property
+    def identity(self) -> str:
+        return f"{self.started.boot or ''}:{self.pid}:{self.start_ticks}"
+
+
+class Witness(NamedTuple):
+    """What the host said of the server's process: the process, none (None), or why it cannot say."""
+
+    process: ServerProcess | None = None
+    error: str = ""
+
+
+class Starts(NamedTuple):
+    """Distinct server processes seen starting, none of which has served since the first: a crash loop
+    shows as a count that grows while every one of them stays young."""
+
+    seen: float
+    since: Instant
+    #: ServerProcess.identity of the newest one seen.
+    last: str
+
+
 class Memory(NamedTuple):
     baseline: Baseline | None = None
     #: The baseline the current one replaced: a reading that continues it, not the current one, is a
@@ -141,6 +174,8 @@ class Memory(NamedTuple):
     #: Since when this server is read by its whole /metrics page: its restricted page (check_vllm.server.api)
     #: failed while the whole page worked. None: the restricted page is asked for.
     whole_page: Instant | None = None
+    #: Server processes seen starting since the server last served (the host's witness).
+    starts: Starts | None = None
 
 
 # --------------------------------------------------------------------------- the verdict

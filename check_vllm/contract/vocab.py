@@ -61,8 +61,11 @@ class Settings(NamedTuple):
     min_gap: float = 2.0
     #: A previous reading older than this is no baseline (the server may have lived a life since).
     max_age: float = 3600.0
-    #: After a restart marker, down/unresponsive/no metrics read as "starting" for this long.
+    #: A server process younger than this that has not served yet (or, seen from another host, one that
+    #: check_vllm_restart restarted this long ago) is "starting", not "down".
     start_grace: float = 900.0
+    #: This many distinct server processes seen starting, none of which served: a crash loop ("down").
+    crash_starts: int = 3
 
 
 class Options(NamedTuple):
@@ -78,6 +81,10 @@ class Options(NamedTuple):
     reread_delay: float = 3.0
     #: False where the caller reads again soon anyway (the Netdata plugin's next tick).
     reread: bool = True
+    #: The server's process, where its command line cannot tell (a wrapper, a container): a pid file,
+    #: or a command that prints the pid (`supervisorctl pid vllm`). Neither: found by its command line.
+    pid_file: str | None = None
+    pid_command: str | None = None
 
 
 #: The check's whole-run budget (-t), seconds.

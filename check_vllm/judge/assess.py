@@ -43,6 +43,7 @@ from check_vllm.contract.vocab import (
 )
 from check_vllm.judge import wording
 from check_vllm.judge.compare import (
+    START_TOLERANCE,
     Gauges,
     Rates,
     allowance,
@@ -93,7 +94,7 @@ def new_process(memory: Memory, reading: Reading, why: str, settings: Settings, 
     new = keep(memory._replace(unanswered=None), reading, now)
     base, before = memory.baseline, memory.previous
     older = base is not None and base.reading.process_start is not None and reading.process_start is not None \
-        and reading.process_start < base.reading.process_start - 0.01
+        and reading.process_start < base.reading.process_start - START_TOLERANCE
     gap = elapsed(before.at, now) if before is not None else None
     resumed = before is not None and gap is not None and 0 <= gap <= settings.max_age \
         and continues(before.reading, reading)
@@ -192,7 +193,7 @@ def _repeat(memory: Memory, reading: Reading, gap: float, now: Instant) -> Verdi
 def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | float) -> Verdict:
     """Judge a fresh /metrics reading against the memory of the previous run."""
     now = instant(now)
-    memory = memory._replace(unresponsive=None)  # /metrics answered
+    memory = memory._replace(unresponsive=None, starts=None)  # /metrics answered: the server serves
     g = gauges(reading)
     base = memory.baseline
     gap = None
@@ -201,7 +202,7 @@ def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | 
         if why:
             return new_process(memory, reading, why, settings, now)
         gap = elapsed(base.at, now)
-    if base is None or gap is None or not 0.0 <= gap <= settings.max_age:
+    if base is None or gap is None or gap < 0.0 or (gap > settings.max_age and not _same_process(base, reading, now)):
         return _first(memory, reading, g, now)  # stale, another boot, or none: compare with nothing
     allowed = allowance(memory.probe)
     moved = moved_engines(base.reading, reading, allowed)
@@ -223,7 +224,8 @@ def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | 
                 if n in base.reading.engines)
     # a page missing signals the baseline had is no baseline for the next run either: keep the fuller one
     new = memory._replace(stalls=MappingProxyType(stalls)) if lossy else keep(memory, reading, now, stalls)
-    rate_values = rates(base.reading, reading, gap, allowed)
+    # an old baseline of the same process still proves what did not move; its rates are no news
+    rate_values = rates(base.reading, reading, gap, allowed) if gap <= settings.max_age else NO_RATES
     word = _top(words)
     if word == IDLE:
         return _idle(new, reading, g, now, words, rate_values)
@@ -233,6 +235,13 @@ def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | 
     stalled = max((lasted(s, now) for s in stalls.values()), default=0.0)
     return finish(new, word, CODES.get(word, OK), text, g, now, engines=words, stalled=stalled,
                   rate_values=rate_values)
+
+
+def _same_process(base: Baseline, reading: Reading, now: Instant) -> bool:
+    """A baseline older than max_age still counts for the proof when it is of the same process, timed on
+    this boot's clock: counters of one process never go back, so nothing moved means nothing moved since."""
+    same_boot = base.at.boot is not None and base.at.boot == now.boot and base.at.mono is not None
+    return same_boot and continues(base.reading, reading)
 
 
 def _first(memory: Memory, reading: Reading, g: Gauges, now: Instant) -> Verdict:

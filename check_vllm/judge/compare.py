@@ -10,6 +10,8 @@ from typing import NamedTuple
 
 from check_vllm.contract.values import COUNTER_FIELDS, PROGRESS_FIELDS, EngineReading, Footprint, Reading
 
+#: Seconds two process_start_time_seconds may differ and still name one process (the float's rounding).
+START_TOLERANCE = 0.01
 #: Bound on what one unanswered probe (a short prompt, max_tokens 1) can move.
 FAILED_PROBE = Footprint(prompt_tokens=64.0, completion_tokens=1.0, at=0.0)
 
@@ -32,7 +34,7 @@ def gauges(reading: Reading) -> Gauges:
 def restart_reason(prev: Reading, cur: Reading) -> str | None:
     """Why `cur` cannot come from the process that produced `prev`, or None if it can."""
     if prev.process_start is not None and cur.process_start is not None:
-        if abs(prev.process_start - cur.process_start) > 0.01:
+        if abs(prev.process_start - cur.process_start) > START_TOLERANCE:
             return "process start time changed"
     for name, c in cur.engines.items():
         p = prev.engines.get(name)

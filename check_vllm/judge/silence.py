@@ -9,7 +9,7 @@ monitoring side cannot reach (DNS, TLS) is UNKNOWN: restarting the server cannot
 
 from __future__ import annotations
 
-from check_vllm.contract.values import MODELS_OK, Failure, Instant, Memory, Verdict
+from check_vllm.contract.values import MODELS_OK, Failure, Instant, Memory, ServerProcess, Starts, Verdict, Witness
 from check_vllm.contract.vocab import (
     CRITICAL,
     DOWN,
@@ -25,7 +25,7 @@ from check_vllm.contract.vocab import (
 )
 from check_vllm.judge import wording
 from check_vllm.judge.assess import finish
-from check_vllm.judge.proof import extend, instant, lasted, proven
+from check_vllm.judge.proof import elapsed, extend, instant, lasted, proven
 
 
 def _silent(memory: Memory, word: str, detail: str, settings: Settings, now: Instant) -> Verdict:
@@ -40,9 +40,10 @@ def _silent(memory: Memory, word: str, detail: str, settings: Settings, now: Ins
                   None, now, stalled=lasted(streak, now))
 
 
-def _starting(marker: float | None, memory: Memory, now: Instant, settings: Settings) -> float | None:
+def _since_marker(marker: float | None, memory: Memory, now: Instant, settings: Settings) -> float | None:
     """Seconds since check_vllm_restart restarted the server, within the start-up grace, and only until
-    the check has seen the restarted server serve: one that dies again after that is down, not starting."""
+    the check has seen the restarted server serve: one that dies again after that is down, not starting.
+    What a check knows of a start when the host is no witness (a remote URL)."""
     if marker is None:
         return None
     served = memory.baseline is not None and memory.baseline.at.wall > marker
@@ -52,9 +53,39 @@ def _starting(marker: float | None, memory: Memory, now: Instant, settings: Sett
     return since if 0.0 <= since <= settings.start_grace else None
 
 
+def _served_since(memory: Memory, process: ServerProcess) -> bool:
+    """The check has had a reading from the server since this process started: it served."""
+    base = memory.baseline
+    if base is None:
+        return False
+    after = elapsed(process.started, base.at)
+    return after >= 0 if after is not None else base.at.wall > process.started.wall
+
+
+def _loading(memory: Memory, process: ServerProcess, detail: str, settings: Settings, now: Instant) -> Verdict:
+    """A server process that has not served since it started: starting within the grace, else down; and
+    a crash loop (several such processes in turn) is down whatever the age of the newest."""
+    starts = memory.starts
+    if starts is None:
+        starts = Starts(1.0, process.started, process.identity)
+    elif starts.last != process.identity:
+        starts = Starts(starts.seen + 1, starts.since, process.identity)
+    memory = memory._replace(starts=starts)
+    age = max(elapsed(process.started, now) or 0.0, 0.0)
+    if starts.seen >= settings.crash_starts:
+        span = max(elapsed(starts.since, now) or 0.0, 0.0)
+        return finish(memory, DOWN, CRITICAL, wording.crash_loop(starts.seen, span, process, detail), None, now)
+    if age <= settings.start_grace:
+        return finish(memory, STARTING, WARNING, wording.loading(process, age, settings.start_grace, detail), None, now)
+    return finish(memory, DOWN, CRITICAL, wording.never_served(process, age, settings.start_grace, detail), None, now)
+
+
 def assess_failure(memory: Memory, failure: Failure, settings: Settings, now: Instant | float,
-                   restart_marker: float | None = None) -> Verdict:
-    """Judge a run in which /metrics gave no reading (or proxy mode, which never reads it)."""
+                   restart_marker: float | None = None, witness: Witness | None = None) -> Verdict:
+    """Judge a run in which /metrics gave no reading (or proxy mode, which never reads it).
+
+    `witness` is what this host saw of the server's process (None: the host is no witness, a remote URL):
+    a process that has not served yet is starting, whoever started it; no process at all is down."""
     now = instant(now)
     kind, detail = failure.kind, failure.detail
     streaking = kind == UNRESPONSIVE or (kind in (PROXY, NO_METRICS) and failure.models == UNRESPONSIVE)
@@ -68,9 +99,15 @@ def assess_failure(memory: Memory, failure: Failure, settings: Settings, now: In
         if streaking:
             return _silent(memory, PROXY, f"/v1/models failed: {detail}", settings, now)
         return finish(memory, PROXY, CRITICAL, f"/v1/models failed: {detail}", None, now)
-    since = _starting(restart_marker, memory, now, settings)
-    if since is not None and kind in (DOWN, UNRESPONSIVE, NO_METRICS):
-        return finish(memory, STARTING, WARNING, wording.starting(since, detail), None, now)
+    if kind in (DOWN, UNRESPONSIVE, NO_METRICS):
+        process = witness.process if witness is not None else None
+        if process is not None and not _served_since(memory, process):
+            return _loading(memory, process, detail, settings, now)
+        if witness is not None and witness.error:
+            detail = f"{detail}; server process unknown: {witness.error}"
+        since = _since_marker(restart_marker, memory, now, settings)  # no process seen: what the handler knows
+        if since is not None:
+            return finish(memory, STARTING, WARNING, wording.starting(since, detail), None, now)
     if kind == DOWN:
         return finish(memory, DOWN, CRITICAL, detail, None, now)
     if kind == UNRESPONSIVE:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping
 
 from check_vllm.contract.safe_text import clean
-from check_vllm.contract.values import Instant, Reading, Streak
+from check_vllm.contract.values import Instant, Reading, ServerProcess, Streak
 from check_vllm.contract.vocab import STALLING, STUCK, Settings
 from check_vllm.judge.compare import Gauges
 from check_vllm.judge.proof import lasted
@@ -103,6 +103,24 @@ def unresponsive(detail: str, streak: Streak, now: Instant) -> str:
 
 def starting(since_restart: float, detail: str) -> str:
     return f"restarted {seconds(since_restart)} ago, not serving yet ({detail})"
+
+
+def _named(process: ServerProcess) -> str:
+    return f"vLLM process {process.pid}" + (f" (from its {process.how})" if process.how != "command line" else "")
+
+
+def loading(process: ServerProcess, age: float, grace: float, detail: str) -> str:
+    return f"{_named(process)} started {seconds(age)} ago, not serving yet (grace {seconds(grace)}; {detail})"
+
+
+def never_served(process: ServerProcess, age: float, grace: float, detail: str) -> str:
+    return (f"not serving {seconds(age)} after its start ({_named(process)}, grace {seconds(grace)}; "
+            f"{detail})")
+
+
+def crash_loop(count: float, span: float, process: ServerProcess, detail: str) -> str:
+    return (f"crash loop: {count:g} vLLM processes started in {seconds(span)}, none has served "
+            f"(newest {process.pid}; {detail})")
 
 
 def unreachable(detail: str) -> str:

@@ -3,7 +3,7 @@
 A piece that is missing, hand-edited or from a foreign file comes back as None (or empty): the run
 then takes a new baseline for that piece instead of guessing. The JSON shape is version 1 of the
 state file (check_vllm.memory.statefile.VERSION): keys reading, previous, stall, unresponsive, unanswered,
-probe, verdict, whole_page. Keys are only ever added: a reader ignores the keys it does not know, and
+probe, verdict, whole_page, starts. Keys are only ever added: a reader ignores the keys it does not know, and
 a key it misses reads as "nothing known", so files of older and newer check_vllm read both ways.
 Times are wall-clock seconds, with the boot-time clock beside them ("mono", "boot") where the writer
 had it; a file without them (an older check_vllm) still reads, on the wall clock.
@@ -15,7 +15,17 @@ import math
 from types import MappingProxyType
 from typing import Any
 
-from check_vllm.contract.values import Baseline, EngineReading, Footprint, Instant, Memory, Reading, Remembered, Streak
+from check_vllm.contract.values import (
+    Baseline,
+    EngineReading,
+    Footprint,
+    Instant,
+    Memory,
+    Reading,
+    Remembered,
+    Starts,
+    Streak,
+)
 
 _ENGINE_FIELDS = frozenset(EngineReading._fields)
 
@@ -95,6 +105,14 @@ def _streak(raw: Any) -> Streak | None:
     return Streak(since, count) if since is not None and count is not None and count >= 0 else None
 
 
+def _starts(raw: Any) -> Starts | None:
+    raw = _dict(raw)
+    streak, last = _streak(raw), raw.get("last")
+    if streak is None or not isinstance(last, str) or not last:
+        return None
+    return Starts(min(streak.readings, 1e6), streak.since, last[:200])
+
+
 def _footprint(raw: Any) -> Footprint | None:
     raw = _dict(raw)
     p, c = finite(raw.get("prompt_tokens", 0)), finite(raw.get("completion_tokens", 0))
@@ -128,6 +146,7 @@ def from_json(data: Any) -> Memory:
         probe=_footprint(data.get("probe")),
         last=remembered(data.get("verdict")),
         whole_page=_instant(_dict(data.get("whole_page")), "since"),
+        starts=_starts(data.get("starts")),
     )
 
 
@@ -163,6 +182,8 @@ def to_json(memory: Memory) -> dict[str, Any]:
         out["probe"] = memory.probe._asdict()
     if memory.whole_page is not None:
         out["whole_page"] = _instant_json(memory.whole_page, "since")
+    if memory.starts is not None:
+        out["starts"] = {**_streak_json(Streak(memory.starts.since, memory.starts.seen)), "last": memory.starts.last}
     if memory.last is not None:
         last = memory.last
         out["verdict"] = {"word": last.word, "state": last.code, "text": last.text, "at": last.at,

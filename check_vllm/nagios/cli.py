@@ -28,8 +28,9 @@ verdicts (first word of the status text):
   idle          OK        no work; the 1-token probe answered (the only run that sends inference)
   restarted     OK        new server process: new baseline, counters of two processes never compared
   sleeping      OK        vllm:engine_sleep_state says asleep
-  starting      WARNING   not serving yet, within the grace period after check_vllm_restart restarted it
-  down          CRITICAL  connection refused: nothing listens at the URL
+  starting      WARNING   not serving yet, and its process younger than --start-grace (whoever started it)
+  down          CRITICAL  connection refused: nothing listens at the URL; or not serving --start-grace after
+                          its process started; or a crash loop (processes starting in turn, none serving)
   unreachable   UNKNOWN   DNS lookup or TLS handshake failed: the monitoring side cannot reach it
                           (resolver, CA bundle, certificate, scheme); never restarted
   unresponsive  WARNING   /metrics timed out or answered 5xx; CRITICAL once it lasts as long as stuck needs
@@ -65,6 +66,12 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--api-key-file", metavar="FILE", help="file holding the API key (else $VLLM_API_KEY)")
     c.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify an https URL")
     c.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    h = p.add_argument_group("server process (on the vLLM host; default: the vLLM API server process whose "
+                             "command line serves the URL's port, when the URL's host is this host)")
+    h.add_argument("--pid-file", metavar="FILE", help="the server's pid file, where its command line cannot tell "
+                   "(a wrapper, a container)")
+    h.add_argument("--pid-command", metavar="CMD", help="a command that prints the server's pid, e.g. "
+                   "'supervisorctl pid vllm' or 'systemctl show -p MainPID --value vllm'")
     d = p.add_argument_group("decision")
     d.add_argument("--stuck-readings", type=number(int), default=SETTINGS.stuck_readings, metavar="N",
                    help="comparisons without progress before stuck (default: %(default)s)")
@@ -78,8 +85,9 @@ def parser() -> argparse.ArgumentParser:
                    help="with no previous reading and work present, read again after S seconds; less than "
                         "--max-age (default: %(default)g)")
     d.add_argument("--start-grace", type=number(float), default=SETTINGS.start_grace, metavar="S",
-                   help="after check_vllm_restart restarted the server, down/unresponsive/no metrics read as "
-                        "starting (WARNING) for S seconds (default: %(default)g)")
+                   help="a server that is not serving yet while its process is younger than S seconds (seen "
+                        "from another host: S seconds after check_vllm_restart restarted it) is starting "
+                        "(WARNING), not down (default: %(default)g)")
     d.add_argument("--max-age", type=number(float), default=SETTINGS.max_age, metavar="S",
                    help="a previous reading older than this is no baseline; must be longer than the check "
                         "interval and than --stuck-seconds, --min-gap and --reread-delay (default: %(default)g)")
@@ -197,7 +205,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
                               min_gap=args.min_gap, max_age=args.max_age,
                               start_grace=args.start_grace),
             options=Options(proxy=args.proxy, probe=not args.no_probe, model=args.model,
-                            probe_timeout=args.probe_timeout, reread_delay=args.reread_delay),
+                            probe_timeout=args.probe_timeout, reread_delay=args.reread_delay,
+                            pid_file=args.pid_file, pid_command=args.pid_command),
             state_dir=Path(args.state_dir) if args.state_dir else default_dir(),
             # leave a second for the state file and the output, so our own verdicts beat the alarm
             deadline=started + args.timeout - 1.0,

@@ -1,0 +1,131 @@
+"""The check end to end on a server that is loading: a real process with vLLM's command line that binds
+the URL's port and never listens (what vLLM does while it builds its engine), started by the test, not by
+check_vllm_restart. Exact status lines and exit codes."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from check_vllm.server import host
+
+LOADING = """\
+import socket, sys, time
+port = int(sys.argv[sys.argv.index("--port") + 1])
+s = socket.socket()
+s.bind(("127.0.0.1", port))  # bound, never listening: connections are refused, as while vLLM loads
+print("bound", flush=True)
+time.sleep(600)
+"""
+PERF = (" | kv_cache_usage=U;;;0;100 prompt_tokens_per_second=U;;;0 running=U;;;0 stalled_seconds=U;;;0 "
+        "steps_per_second=U;;;0 tokens_per_second=U;;;0 waiting=U;;;0")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def loader(tmp_path: Path) -> Iterator:
+    """Start `vllm serve tiny --port P` (a script named vllm, run by this interpreter) that only binds."""
+    script = tmp_path / "bin" / "vllm"
+    script.parent.mkdir()
+    script.write_text(LOADING)
+    started: list[subprocess.Popen] = []
+
+    def start(port: int, *extra: str) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, str(script), "serve", "tiny", "--port", str(port), *extra],
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "bound"
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def norm(line: str) -> str:
+    return re.sub(r"\d+(\.\d+)? s\b", "<N>", line)
+
+
+def test_a_server_someone_else_started_is_starting_within_the_grace(run_check, loader):
+    port = free_port()
+    proc = loader(port)
+    r = run_check("-u", f"http://127.0.0.1:{port}")
+    assert norm(r.first) == (f"VLLM WARNING - starting: vLLM process {proc.pid} started <N> ago, not serving yet "
+                             f"(grace <N>; connection refused (http://127.0.0.1:{port})){PERF}")
+    assert r.code == 1
+
+
+def test_a_server_that_never_finishes_starting_is_down_after_the_grace(run_check, loader):
+    port = free_port()
+    proc = loader(port)
+    time.sleep(1.2)
+    r = run_check("-u", f"http://localhost:{port}", "--start-grace", "1")
+    assert norm(r.first) == (f"VLLM CRITICAL - down: not serving <N> after its start (vLLM process {proc.pid}, "
+                             f"grace <N>; connection refused (http://localhost:{port})){PERF}")
+    assert r.code == 2
+
+
+def test_a_crash_loop_is_down_within_three_starts(run_check, loader):
+    port = free_port()
+    seen = []
+    for _ in range(3):
+        proc = loader(port)
+        r = run_check("-u", f"http://127.0.0.1:{port}")
+        seen.append((r.word, r.code))
+        proc.kill()
+        proc.wait()
+    assert seen == [("starting", 1), ("starting", 1), ("down", 2)]
+    assert norm(r.first).startswith(f"VLLM CRITICAL - down: crash loop: 3 vLLM processes started in <N>, "
+                                    f"none has served (newest {proc.pid}; connection refused")
+
+
+def test_a_vllm_process_on_another_port_is_not_the_server(run_check, loader):
+    port, other = free_port(), free_port()
+    loader(other)
+    r = run_check("-u", f"http://127.0.0.1:{port}")
+    assert r.first == f"VLLM CRITICAL - down: connection refused (http://127.0.0.1:{port}){PERF}"
+
+
+def test_the_operator_names_the_process_with_a_pid_file_or_a_command(run_check, loader, tmp_path):
+    port = free_port()
+    proc = loader(port)
+    pid_file = tmp_path / "vllm.pid"
+    pid_file.write_text(f"{proc.pid}\n")
+    by_file = run_check("-u", f"http://127.0.0.1:{port}", "--pid-file", str(pid_file))
+    assert norm(by_file.status).startswith(f"starting: vLLM process {proc.pid} (from its pid file) started <N> ago")
+    by_command = run_check("-u", f"http://127.0.0.1:{port}", "--pid-command", f"echo pid={proc.pid}")
+    assert norm(by_command.status).startswith(f"starting: vLLM process {proc.pid} (from its pid command)")
+    stopped = run_check("-u", f"http://127.0.0.1:{port}", "--pid-command", "echo 0")  # supervisorctl pid: stopped
+    assert (stopped.word, stopped.code) == ("down", 2)
+    broken = run_check("-u", f"http://127.0.0.1:{port}", "--pid-command", "exit 3")
+    assert (broken.word, broken.code) == ("down", 2)
+    assert "server process unknown: --pid-command exited 3" in broken.status
+
+
+def test_the_host_is_a_witness_only_for_its_own_addresses():
+    assert host.is_local("http://127.0.0.1:8000") and host.is_local("http://LOCALHOST:8000")
+    assert host.is_local("http://[::1]:8000") or not socket.has_ipv6
+    assert not host.is_local("http://192.0.2.10:8000")  # TEST-NET-1: not this host (a bind, no packet sent)
+    assert host.witness("http://192.0.2.10:8000") is None
+
+
+def test_command_lines_of_the_api_server():
+    assert host.serves_port(["/v/bin/python3", "/v/bin/vllm", "serve", "m", "--port", "8001"], 8001)
+    assert host.serves_port(["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"], 8000)
+    assert host.serves_port(["vllm", "serve", "m", "--port=9000"], 9000)
+    assert not host.serves_port(["vllm", "serve", "m"], 8001)
+    assert not host.serves_port(["python3", "-m", "vllm_simulator", "--port", "8000"], 8000)
+    assert not host.serves_port(["VLLM::EngineCore"], 8000)

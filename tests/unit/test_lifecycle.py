@@ -1,0 +1,175 @@
+"""The server's life outside the check's own restarts, as tables: a process the host sees starting is
+`starting` (whoever started it) within --start-grace, `down` past it, and a crash loop is `down` whatever
+the age of its newest process. Identity is PID + start ticks + boot: a reused PID or a reboot is another
+process. An old baseline of the same process still proves a stall. Pure: no I/O."""
+
+from __future__ import annotations
+
+import pytest
+
+from check_vllm.contract.values import (
+    EngineReading,
+    Failure,
+    Instant,
+    Memory,
+    Reading,
+    ServerProcess,
+    Witness,
+)
+from check_vllm.contract.vocab import CRITICAL, DOWN, NO_METRICS, OK, STARTING, UNRESPONSIVE, WARNING, Settings
+from check_vllm.judge.assess import assess
+from check_vllm.judge.silence import assess_failure
+from check_vllm.memory import codec
+
+S = Settings(stuck_readings=2, stuck_seconds=120.0, min_gap=2.0, max_age=3600.0, start_grace=900.0)
+WALL0, BOOT0 = 1_700_000_000.0, 5_000.0  # wall and boot-time clocks at t=0
+BOOT = "boot-a"
+REFUSED = Failure(DOWN, "connection refused")
+
+
+def at(t: float, boot: str = BOOT, wall_step: float = 0.0) -> Instant:
+    return Instant(WALL0 + t + wall_step, BOOT0 + t, boot)
+
+
+def proc(pid: int, started_t: float, boot: str = BOOT, ticks: int | None = None) -> Witness:
+    started = at(started_t, boot)
+    return Witness(ServerProcess(pid, ticks if ticks is not None else int((BOOT0 + started_t) * 100), started,
+                                 "command line"))
+
+
+def reading(steps: float = 100.0, running: float = 1.0, start: float = WALL0 - 1000) -> Reading:
+    e = EngineReading(running=running, steps=steps, step_tokens=steps, generation_tokens=steps, prompt_tokens=10.0,
+                      finished=1.0, kv_cache=0.1)
+    return Reading(engines={"0": e}, process_start=start, model="tiny")
+
+
+def judge(memory: Memory, t: float, witness: Witness | None, failure: Failure = REFUSED, settings: Settings = S,
+          now: Instant | None = None):
+    return assess_failure(memory, failure, settings, now or at(t), None, witness)
+
+
+@pytest.mark.parametrize("kind", [DOWN, UNRESPONSIVE, NO_METRICS])
+def test_a_young_process_that_has_not_served_is_starting_whoever_started_it(kind):
+    v = judge(Memory(), 35.0, proc(1234, 0.0), Failure(kind, "connection refused"))
+    assert (v.word, v.code) == (STARTING, WARNING)
+    assert v.text.startswith("vLLM process 1234 started 35 s ago, not serving yet (grace 900 s")
+
+
+def test_past_the_grace_a_process_that_never_served_is_down():
+    v = judge(Memory(), 901.0, proc(1234, 0.0))
+    assert (v.word, v.code) == (DOWN, CRITICAL)
+    assert v.text.startswith("not serving 901 s after its start (vLLM process 1234, grace 900 s")
+
+
+def test_no_process_at_all_is_down_and_no_witness_keeps_the_old_rule():
+    assert (judge(Memory(), 10.0, Witness()).word, judge(Memory(), 10.0, Witness()).code) == (DOWN, CRITICAL)
+    assert judge(Memory(), 10.0, None).text == "connection refused"  # a remote URL: as before
+    # no process seen (a wrapper, a container's own PID namespace): the handler's marker still counts
+    marked = assess_failure(Memory(), REFUSED, S, at(10.0), WALL0, Witness())
+    assert (marked.word, marked.code) == (STARTING, WARNING)
+
+
+def test_a_process_that_served_and_then_refuses_is_down_not_starting():
+    served = assess(Memory(), reading(), S, at(100.0))  # the process started at 0 served at 100
+    v = judge(served.memory, 130.0, proc(1234, 0.0))
+    assert (v.word, v.code) == (DOWN, CRITICAL)
+
+
+def test_a_process_started_after_the_last_reading_is_starting():
+    served = assess(Memory(), reading(), S, at(100.0))
+    v = judge(served.memory, 130.0, proc(2222, 120.0))  # an operator's restart at 120
+    assert (v.word, v.code) == (STARTING, WARNING)
+
+
+def test_a_reused_pid_is_another_process():
+    first = judge(Memory(), 10.0, proc(1234, 0.0))
+    again = judge(first.memory, 20.0, proc(1234, 15.0))  # same pid, another start: another process
+    assert again.memory.starts.seen == 2
+
+
+def test_the_same_process_seen_again_is_counted_once():
+    v = Memory()
+    for t in (10.0, 20.0, 30.0, 40.0):
+        v = judge(v, t, proc(1234, 0.0)).memory
+    assert v.starts.seen == 1
+
+
+def test_a_crash_loop_is_down_naming_the_count_and_the_span():
+    memory = Memory()
+    verdicts = []
+    for n, t in enumerate((10.0, 40.0, 70.0)):
+        v = judge(memory, t + 5, proc(1000 + n, t))
+        memory = v.memory
+        verdicts.append((v.word, v.code))
+    assert verdicts == [(STARTING, WARNING), (STARTING, WARNING), (DOWN, CRITICAL)]
+    assert v.text.startswith("crash loop: 3 vLLM processes started in 65 s, none has served (newest 1002")
+
+
+def test_a_reading_ends_the_count_of_starts():
+    memory = judge(judge(Memory(), 10.0, proc(1000, 5.0)).memory, 40.0, proc(1001, 35.0)).memory
+    assert memory.starts.seen == 2
+    served = assess(memory, reading(), S, at(60.0))
+    assert served.memory.starts is None
+    assert judge(served.memory, 100.0, proc(1002, 90.0)).memory.starts.seen == 1
+
+
+def test_another_boot_is_another_process_and_its_age_is_its_own():
+    before = judge(Memory(), 10.0, proc(1234, 0.0))
+    # after a reboot the boot-time clock starts again: the same pid and ticks name another process
+    rebooted = Instant(WALL0 + 5000.0, 30.0, "boot-b")
+    process = ServerProcess(1234, 2000, Instant(WALL0 + 4990.0, 20.0, "boot-b"), "command line")
+    v = assess_failure(before.memory, REFUSED, S, rebooted, None, Witness(process))
+    assert (v.word, v.code, v.memory.starts.seen) == (STARTING, WARNING, 2)
+    assert "started 10 s ago" in v.text
+
+
+def test_a_wall_clock_step_neither_ends_nor_stretches_the_grace():
+    # the wall clock jumps an hour ahead while the model loads: the age is measured on the boot-time clock
+    v = judge(Memory(), 60.0, proc(1234, 0.0), now=at(60.0, wall_step=3600.0))
+    assert (v.word, v.code) == (STARTING, WARNING)
+    assert "started 60 s ago" in v.text
+    # and back: a process that served before the step is still seen as having served
+    served = assess(Memory(), reading(), S, at(100.0))
+    back = judge(served.memory, 130.0, proc(1234, 0.0), now=at(130.0, wall_step=-3600.0))
+    assert (back.word, back.code) == (DOWN, CRITICAL)
+
+
+def test_a_witness_that_cannot_say_falls_back_to_the_marker_and_says_why():
+    unknown = Witness(error="pid file /run/vllm.pid: Permission denied")
+    v = assess_failure(Memory(), REFUSED, S, at(30.0), WALL0, unknown)
+    assert (v.word, v.code) == (STARTING, WARNING)
+    plain = judge(Memory(), 30.0, unknown)
+    assert (plain.word, plain.code) == (DOWN, CRITICAL)
+    assert "server process unknown: pid file /run/vllm.pid: Permission denied" in plain.text
+
+
+def test_the_starts_survive_the_state_file():
+    memory = judge(judge(Memory(), 10.0, proc(1000, 5.0)).memory, 40.0, proc(1001, 35.0)).memory
+    back = codec.from_json(codec.to_json(memory))
+    assert back.starts == memory.starts
+    assert codec.from_json({"starts": {"since": "x", "count": 2, "last": "a"}}).starts is None
+    assert codec.from_json({"starts": {"since": 1.0, "count": 2}}).starts is None
+
+
+# --------------------------------------------------------------------------- --max-age and the proof
+
+
+def test_an_old_baseline_of_the_same_process_still_proves_a_stall():
+    short = S._replace(max_age=5.0, stuck_seconds=4.0, min_gap=1.0)
+    memory, words = Memory(), []
+    for t in (0.0, 6.0, 12.0, 18.0):
+        v = assess(memory, reading(steps=100.0), short, at(t))
+        memory = v.memory
+        words.append((v.word, v.code))
+    assert words == [("busy", OK), ("stalling", WARNING), ("stuck", CRITICAL), ("stuck", CRITICAL)]
+    assert v.tokens_per_second is None  # a rate over more than --max-age is no news
+
+
+def test_an_old_baseline_of_another_process_or_without_a_boot_clock_is_no_baseline():
+    short = S._replace(max_age=5.0, stuck_seconds=4.0, min_gap=1.0)
+    first = assess(Memory(), reading(), short, at(0.0))
+    other = assess(first.memory, reading(start=WALL0 - 10), short, at(6.0))
+    assert other.word == "restarted"
+    wall_only = assess(Memory(), reading(), short, WALL0)
+    later = assess(wall_only.memory, reading(), short, WALL0 + 6.0)
+    assert (later.word, later.code) == ("busy", OK)  # no boot-time clock: age decides, as before
