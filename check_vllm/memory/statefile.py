@@ -152,6 +152,21 @@ class StateFile:
         data = doc.get("data")
         return (data, None) if isinstance(data, dict) else ({}, f"{what} corrupt; {fresh}")
 
+    def unwritable(self) -> str | None:
+        """Why a save cannot work now (a read-only or full file system, no permission), or None; one
+        statvfs, so a run knows before it judges whether its reading can become the next baseline."""
+        try:
+            fs = os.statvfs(self.path.parent)
+        except OSError as err:
+            return f"cannot write state in {self.path.parent}: {err.strerror}"
+        if fs.f_flag & os.ST_RDONLY:
+            return f"cannot write state in {self.path.parent}: Read-only file system"
+        if (fs.f_bfree if os.geteuid() == 0 else fs.f_bavail) == 0 or fs.f_favail == 0:
+            return f"cannot write state in {self.path.parent}: No space left on device"
+        if not os.access(self.path.parent, os.W_OK | os.X_OK):
+            return f"cannot write state in {self.path.parent}: Permission denied"
+        return None
+
     def save(self, data: dict[str, Any]) -> None:
         doc = {"format": FORMAT, "version": VERSION, "target": self.target, "written": time.time(), "data": data}
         try:

@@ -81,10 +81,13 @@ class Server(nagiosplugin.Resource):
         except StateBusy as err:
             raise nagiosplugin.CheckError(str(err)) from None
         except StateError as err:  # no lock can be made there: judge this run alone, and say so
-            unsaved = f"state not saved: {err}"
+            unsaved = _blind(str(err))
         try:
             saved, note = store.load()
             remembered = memory.from_json(saved)
+            unsaved = unsaved or _blind(store.unwritable())
+            if unsaved:  # a baseline this run cannot replace would compare the server's past, not its present
+                remembered = memory.from_json({})
             marker, marker_note = load_marker(marker_path(run.state_dir, run.endpoint.url))
             self.state_note = "; ".join(filter(None, (note, marker_note)))
             with run.endpoint.client() as client:
@@ -109,6 +112,10 @@ class Server(nagiosplugin.Resource):
             context = label if label in ("waiting", "kv_cache_usage") else "perf"
             yield nagiosplugin.Metric(label, value, uom, min=0, max=100 if uom == "%" else None, context=context)
         yield nagiosplugin.Metric("state_file", self.state_note, context="state_file")
+
+
+def _blind(why: str | None) -> str:
+    return f"state not saved: {why}; judged on this run alone (a stall cannot be proven across runs)" if why else ""
 
 
 class VerdictContext(nagiosplugin.Context):

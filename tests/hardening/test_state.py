@@ -251,3 +251,35 @@ def test_state_from_before_a_host_reboot_with_a_stall(check, tmp_path):
         r = check(*args)
         assert (r.code, r.word) == (WARNING, "stalling"), r.out
         assert r.code != CRITICAL
+
+
+def test_a_frozen_server_is_not_called_busy_from_a_baseline_that_cannot_be_replaced(check, tmp_path, busy):
+    """The state directory turns read-only, then the engine freezes: comparing with the last saved
+    reading (from before the freeze) would show progress run after run ('busy', falling tok/s)."""
+    assert check("-u", busy.url, *FAST).code == OK
+    busy.set_scenario("stuck")
+    with read_only(tmp_path / "state"):
+        time.sleep(0.4)
+        for _ in range(2):
+            r = check("-u", busy.url, *FAST)
+            assert (r.code, r.word) == (WARNING, "stalling"), r.out
+            assert "tok/s" not in r.status and "judged on this run alone" in r.status, r.out
+
+
+def test_a_full_state_file_system_is_said_and_judged_alone(check, tmp_path, busy):
+    state = tmp_path / "state"
+    state.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(state)],
+                                           capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        assert check("-u", busy.url, *FAST).code == OK  # the baseline fits
+        with open(state / "filler", "wb") as fh:  # then the file system fills up
+            with contextlib.suppress(OSError):
+                fh.write(b"x" * (1 << 20))
+        busy.set_scenario("stuck")
+        r = check("-u", busy.url, *FAST)
+        assert (r.code, r.word) == (WARNING, "stalling"), r.out
+        assert "No space left on device" in r.status and "tok/s" not in r.status, r.out
+    finally:
+        subprocess.run(["umount", str(state)], check=True)
