@@ -24,8 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
-from check_vllm import __version__
-from check_vllm.contract.vocab import CODE_NAMES, LOCK_TIMEOUT
+from check_vllm.contract.values import Remembered
 from check_vllm.memory import codec as memory
 from check_vllm.memory.statefile import (
     StateBusy,
@@ -34,24 +33,16 @@ from check_vllm.memory.statefile import (
     check_file,
     default_dir,
     marker_path,
+    read_marker,
     target_key,
     write_json,
 )
 from check_vllm.nagios import statusline
-from check_vllm.nagios.args import Parser, UsageError, check_url, number
+from check_vllm.nagios.args import UsageError
 from check_vllm.restart.history import HISTORY_KEEP, bring_back, counted_from, history_path, load_history
+from check_vllm.restart.options import PROG, parse
 from check_vllm.restart.policy import HOUR, Decision, Event, Policy, decide, screen
-
-PROG = "check_vllm_restart"
-
-#: Seconds before a restart command that has not finished is killed.
-COMMAND_TIMEOUT = 600.0
-DEFAULT = Policy()
-
-#: $SERVICESTATE$ as a name or as the plugin exit code it stands for.
-_STATES = {**{str(code): name for code, name in enumerate(CODE_NAMES)}, **{name: name for name in CODE_NAMES}}
-_TYPES = {"0": "SOFT", "1": "HARD", "SOFT": "SOFT", "HARD": "HARD"}
-
+from check_vllm.restart.starting import still_loading
 
 # --------------------------------------------------------------------------- files
 
@@ -77,62 +68,6 @@ def run_command(argv: list[str], timeout: float) -> tuple[int | None, str]:
 
 
 # --------------------------------------------------------------------------- command line
-
-
-def parser() -> argparse.ArgumentParser:
-    p = Parser(
-        prog=PROG,
-        usage=f"{PROG} --state STATE --state-type TYPE [--attempt N] --url URL [options] -- COMMAND [ARG ...]",
-        description="Restart a vLLM server, only when check_vllm's own state proves it stuck or down. "
-                    "Call it as the event handler of the service that runs check_vllm.",
-        epilog="It restarts only for a CRITICAL HARD state whose check_vllm verdict (read from the state file) is "
-               "stuck, down or unresponsive, fresh, and newer than the last restart; never within the cooldown, "
-               "never beyond --max-per-hour. The command after -- runs without a shell. Exit codes: 0 decided "
-               "(whether or not it restarted), 1 the restart command failed or timed out, 2 bad usage.",
-    )
-    e = p.add_argument_group("event (from the scheduler)")
-    e.add_argument("--state", required=True, help="$service.state$ / $SERVICESTATE$: OK, WARNING, CRITICAL, UNKNOWN")
-    e.add_argument("--state-type", required=True, metavar="TYPE", help="$service.state_type$ / $SERVICESTATETYPE$: SOFT or HARD")
-    e.add_argument("--attempt", type=number(int, 1), metavar="N", help="$service.check_attempt$ / $SERVICEATTEMPT$ (logged)")
-    t = p.add_argument_group("target (the same as the check's)")
-    t.add_argument("-u", "--url", required=True, help="the vLLM base URL given to check_vllm")
-    t.add_argument("--state-dir", metavar="DIR", help="the --state-dir given to check_vllm (same default)")
-    t.add_argument("--proxy", action="store_true", help="the check runs with --proxy")
-    g = p.add_argument_group("guards")
-    g.add_argument("--cooldown", type=number(float, 0), default=DEFAULT.cooldown, metavar="S",
-                   help="no restart within S seconds of the last one: time to load the model (default %(default)g)")
-    g.add_argument("--max-per-hour", type=number(int, 1), default=DEFAULT.max_per_hour, metavar="N",
-                   help="circuit breaker: no more than N restarts in any hour (default %(default)s)")
-    g.add_argument("--max-verdict-age", type=number(float, 1), default=DEFAULT.max_verdict_age, metavar="S",
-                   help="ignore a verdict older than S seconds, about twice the check interval (default %(default)g)")
-    r = p.add_argument_group("run")
-    r.add_argument("--command-timeout", type=number(float, 1), default=COMMAND_TIMEOUT, metavar="S",
-                   help="kill the restart command after S seconds (default %(default)g)")
-    r.add_argument("--lock-timeout", type=number(float, 0), default=LOCK_TIMEOUT, metavar="S",
-                   help="wait this long for a concurrent call to finish deciding (default %(default)g)")
-    r.add_argument("--log", metavar="FILE", help="also append each decision line to FILE")
-    r.add_argument("--dry-run", action="store_true", help="decide and log, but do not run the command")
-    r.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
-    return p
-
-
-def _parse(argv: list[str]) -> tuple[argparse.Namespace, Event, list[str]]:
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, command = argv[:cut], argv[cut + 1:]
-    else:
-        command = []
-    args = parser().parse_args(argv)
-    state = _STATES.get(args.state.strip().upper())
-    if state is None:
-        raise UsageError(f"--state must be OK, WARNING, CRITICAL or UNKNOWN (or 0-3), not {args.state!r}")
-    state_type = _TYPES.get(args.state_type.strip().upper())
-    if state_type is None:
-        raise UsageError(f"--state-type must be SOFT or HARD (or 0/1), not {args.state_type!r}")
-    check_url(args.url)
-    if not command or not command[0]:
-        raise UsageError("no restart command: give it after --, e.g. -- sudo systemctl restart vllm")
-    return args, Event(state, state_type, args.attempt), command
 
 
 class Logger:
@@ -162,13 +97,11 @@ class Logger:
 def handle(args: argparse.Namespace, event: Event, command: list[str], log: Logger,
            clock: Any = time.time) -> int:
     state_dir = Path(args.state_dir) if args.state_dir else default_dir()
-    policy = Policy(cooldown=args.cooldown, max_per_hour=args.max_per_hour,
-                    max_verdict_age=args.max_verdict_age, proxy=args.proxy)
     url = args.url.rstrip("/")
     # Cheap exits first: most calls are OK or SOFT results and need neither lock nor files.
     early = screen(event)
     if early is not None:
-        log("no restart", early.why, event)
+        log("no restart" if early.kind == "skip" else "restart refused", early.why, event)
         return 0
     history = StateFile(history_path(state_dir, url), target_key(url, "restart-history"), args.lock_timeout,
                         what="restart history", fresh="starting afresh")
@@ -179,31 +112,47 @@ def handle(args: argparse.Namespace, event: Event, command: list[str], log: Logg
         log("no restart", f"another {PROG} call holds the restart lock for this server ({why})", event)
         return 0
     try:
-        data, problem = check_file(state_dir, url, args.proxy).load()
-        verdict = memory.from_json(data).last
-        entries, hist_problem = load_history(history)
         now = clock()
-        stepped = bring_back(entries, now)
-        if stepped:
-            hist_problem = "; ".join(filter(None, (hist_problem, stepped)))
-            try:
-                history.save({"restarts": entries})
-            except StateError as err:
-                hist_problem = f"{hist_problem} (not saved: {err})"
-        times = [counted_from(e) for e in entries]
-        decision = decide(event, verdict, problem, times, policy, now)
-        if hist_problem:  # said whether or not it acts: the guards decided on what was left of the history
-            decision = Decision(decision.act, f"{decision.why}; {hist_problem}", decision.kind)
+        decision, verdict, entries = weigh(args, event, history, state_dir, url, now)
         if not decision.act:
             log("no restart" if decision.kind == "skip" else "restart refused", decision.why, event)
             return 0
         if args.dry_run:
             log("would restart (--dry-run)", decision.why, event)
             return 0
-        return _restart(args, event, command, log, decision, verdict.word if verdict else None, entries, history, state_dir, url, now,
-                        clock)
+        return _restart(args, event, command, log, decision, verdict.word if verdict else None, entries, history,
+                        state_dir, url, now, clock)
     finally:
         history.unlock()
+
+
+def weigh(args: argparse.Namespace, event: Event, history: StateFile, state_dir: Path, url: str,
+          now: float) -> tuple[Decision, Remembered | None, list[dict[str, Any]]]:
+    """The decision on what the files and the host say now (the history lock held): the handler's, and
+    --status's, which reports it without acting."""
+    policy = Policy(cooldown=args.cooldown, max_per_hour=args.max_per_hour,
+                    max_verdict_age=args.max_verdict_age, proxy=args.proxy)
+    data, problem = check_file(state_dir, url, args.proxy).load()
+    saved = memory.from_json(data)
+    verdict = saved.last
+    entries, hist_problem = load_history(history)
+    stepped = bring_back(entries, now)
+    if stepped:
+        hist_problem = "; ".join(filter(None, (hist_problem, stepped)))
+        try:
+            history.save({"restarts": entries})
+        except StateError as err:
+            hist_problem = f"{hist_problem} (not saved: {err})"
+    times = [counted_from(e) for e in entries]
+    decision = decide(event, verdict, problem, times, policy, now)
+    if decision.act and verdict is not None:  # never on a start the check could not see yet
+        loading = still_loading(url, saved, verdict.word, args.start_grace, args.pid_file, args.pid_command,
+                                read_marker(marker_path(state_dir, url)))
+        if loading:
+            decision = Decision(False, f"verdict {verdict.word!r}, but the server is {loading}", "refuse")
+    if hist_problem:  # said whether or not it acts: the guards decided on what was left of the history
+        decision = Decision(decision.act, f"{decision.why}; {hist_problem}", decision.kind)
+    return decision, verdict, entries
 
 
 def _restart(args: argparse.Namespace, event: Event, command: list[str], log: Logger, decision: Decision,
@@ -252,13 +201,26 @@ def _restart(args: argparse.Namespace, event: Event, command: list[str], log: Lo
 def main(argv: list[str] | None = None) -> NoReturn:
     argv = list(sys.argv[1:] if argv is None else argv)
     statusline.prepare()
+    as_check = "--status" in argv[:argv.index("--")] if "--" in argv else "--status" in argv
     try:
-        args, event, command = _parse(argv)
+        args, event, command = parse(argv)
     except UsageError as err:
+        if as_check:  # a check's usage error is UNKNOWN (3): 2 would read as CRITICAL
+            print(f"VLLM_RESTART UNKNOWN - usage: {err} (see --help)")
+            sys.exit(3)
         print(f"{PROG}: usage error: {err}; nothing restarted (see --help)")
         sys.exit(2)
     except SystemExit as exit_:  # --help, --version
-        sys.exit(0 if exit_.code in (0, None) else 2)
+        sys.exit(0 if exit_.code in (0, None) else (3 if as_check else 2))
+    if args.status:
+        from check_vllm.restart.status import report
+
+        try:
+            sys.exit(report(args, event, weigh))
+        except Exception as err:  # noqa: BLE001 - a check has no room for a traceback on stdout
+            traceback.print_exc(file=sys.stderr)
+            print(f"VLLM_RESTART UNKNOWN - internal error: {err.__class__.__name__}: {err}")
+            sys.exit(3)
     log = Logger(args.url, args.log)
     try:
         sys.exit(handle(args, event, command, log))

@@ -39,6 +39,11 @@ class Event:
     service_state: str  # OK | WARNING | CRITICAL | UNKNOWN
     state_type: str  # SOFT | HARD
     attempt: int | None = None
+    #: Scheduled downtimes over the service and over its host ($service.downtime_depth$, $SERVICEDOWNTIME$...).
+    service_downtime: int = 0
+    host_downtime: int = 0
+    #: An operator acknowledged the problem ($service.acknowledgement$): a human has taken it over.
+    acknowledged: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,10 +93,18 @@ def decide(event: Event, verdict: Remembered | None, problem: str | None, restar
 
 
 def screen(event: Event) -> Decision | None:
-    """The part of the decision that needs no files: most calls are OK or SOFT results."""
+    """The part of the decision that needs no files: most calls are OK or SOFT results. Nagios runs event
+    handlers in downtime too (nagioscore#949): a downtime is an operator's "hands off", and so is an
+    acknowledgement (someone is looking at the stuck server; a restart would destroy what they look at)."""
     if event.service_state != CODE_NAMES[CRITICAL]:
         return Decision(False, f"service is {event.service_state}, not CRITICAL")
     if event.state_type != "HARD":
         attempt = f" (attempt {event.attempt})" if event.attempt is not None else ""
         return Decision(False, f"CRITICAL but SOFT{attempt}: waiting for a HARD state")
+    if event.service_downtime > 0 or event.host_downtime > 0:
+        which = "the service" if event.service_downtime > 0 else "its host"
+        return Decision(False, f"CRITICAL HARD, but {which} is in a scheduled downtime: hands off until it ends",
+                        "refuse")
+    if event.acknowledged:
+        return Decision(False, "CRITICAL HARD, but an operator acknowledged the problem: a human has it", "refuse")
     return None

@@ -1,0 +1,105 @@
+"""check_vllm_restart's command line: the event the scheduler reports, the target, the guards."""
+
+from __future__ import annotations
+
+import argparse
+
+from check_vllm import __version__
+from check_vllm.contract.vocab import CODE_NAMES, LOCK_TIMEOUT, SETTINGS
+from check_vllm.nagios.args import Parser, UsageError, check_url, number
+from check_vllm.restart import starting
+from check_vllm.restart.policy import Event, Policy
+
+PROG = "check_vllm_restart"
+#: Seconds before a restart command that has not finished is killed.
+COMMAND_TIMEOUT = 600.0
+DEFAULT = Policy()
+
+#: $SERVICESTATE$ as a name or as the plugin exit code it stands for.
+_STATES = {**{str(code): name for code, name in enumerate(CODE_NAMES)}, **{name: name for name in CODE_NAMES}}
+_TYPES = {"0": "SOFT", "1": "HARD", "SOFT": "SOFT", "HARD": "HARD"}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = Parser(
+        prog=PROG,
+        usage=f"{PROG} --state STATE --state-type TYPE [--attempt N] --url URL [options] -- COMMAND [ARG ...]",
+        description="Restart a vLLM server, only when check_vllm's own state proves it stuck or down. "
+                    "Call it as the event handler of the service that runs check_vllm.",
+        epilog="It restarts only for a CRITICAL HARD state whose check_vllm verdict (read from the state file) is "
+               "stuck, down or unresponsive, fresh, and newer than the last restart; never within the cooldown, "
+               "never beyond --max-per-hour. The command after -- runs without a shell. Exit codes: 0 decided "
+               "(whether or not it restarted), 1 the restart command failed or timed out, 2 bad usage.",
+    )
+    e = p.add_argument_group("event (from the scheduler)")
+    e.add_argument("--state", help="$service.state$ / $SERVICESTATE$: OK, WARNING, CRITICAL, UNKNOWN")
+    e.add_argument("--state-type", metavar="TYPE", help="$service.state_type$ / $SERVICESTATETYPE$: SOFT or HARD")
+    e.add_argument("--attempt", type=number(int, 1), metavar="N", help="$service.check_attempt$ / $SERVICEATTEMPT$ (logged)")
+    e.add_argument("--service-downtime", type=_depth, default=0, metavar="N",
+                   help="$service.downtime_depth$ / $SERVICEDOWNTIME$: above 0, no restart")
+    e.add_argument("--host-downtime", type=_depth, default=0, metavar="N",
+                   help="$host.downtime_depth$ / $HOSTDOWNTIME$: above 0, no restart")
+    e.add_argument("--acknowledged", type=_depth, default=0, metavar="N",
+                   help="$service.acknowledgement$ (Icinga 2): above 0 an operator has the problem, no restart")
+    t = p.add_argument_group("target (the same as the check's)")
+    t.add_argument("-u", "--url", required=True, help="the vLLM base URL given to check_vllm")
+    t.add_argument("--state-dir", metavar="DIR", help="the --state-dir given to check_vllm (same default)")
+    t.add_argument("--proxy", action="store_true", help="the check runs with --proxy")
+    starting.options(t, SETTINGS.start_grace)
+    g = p.add_argument_group("guards")
+    g.add_argument("--cooldown", type=number(float, 0), default=DEFAULT.cooldown, metavar="S",
+                   help="no restart within S seconds of the last one: time to load the model (default %(default)g)")
+    g.add_argument("--max-per-hour", type=number(int, 1), default=DEFAULT.max_per_hour, metavar="N",
+                   help="circuit breaker: no more than N restarts in any hour (default %(default)s)")
+    g.add_argument("--max-verdict-age", type=number(float, 1), default=DEFAULT.max_verdict_age, metavar="S",
+                   help="ignore a verdict older than S seconds, about twice the check interval (default %(default)g)")
+    r = p.add_argument_group("run")
+    r.add_argument("--command-timeout", type=number(float, 1), default=COMMAND_TIMEOUT, metavar="S",
+                   help="kill the restart command after S seconds (default %(default)g)")
+    r.add_argument("--lock-timeout", type=number(float, 0), default=LOCK_TIMEOUT, metavar="S",
+                   help="wait this long for a concurrent call to finish deciding (default %(default)g)")
+    r.add_argument("--log", metavar="FILE", help="also append each decision line to FILE")
+    r.add_argument("--dry-run", action="store_true", help="decide and log, but do not run the command")
+    r.add_argument("--status", action="store_true",
+                   help="act as a check instead: CRITICAL when a restart is due now, WARNING while a guard holds "
+                        "one back, OK otherwise; restarts nothing (no --state, no command needed)")
+    r.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
+    return p
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, Event, list[str]]:
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, command = argv[:cut], argv[cut + 1:]
+    else:
+        command = []
+    args = parser().parse_args(argv)
+    if args.status:  # the restart service's check: the event it reports on is "CRITICAL HARD now"
+        check_url(args.url)
+        return args, _event(args, "CRITICAL", "HARD"), command
+    if args.state is None or args.state_type is None:
+        raise UsageError("--state and --state-type are required (or --status)")
+    state = _STATES.get(args.state.strip().upper())
+    if state is None:
+        raise UsageError(f"--state must be OK, WARNING, CRITICAL or UNKNOWN (or 0-3), not {args.state!r}")
+    state_type = _TYPES.get(args.state_type.strip().upper())
+    if state_type is None:
+        raise UsageError(f"--state-type must be SOFT or HARD (or 0/1), not {args.state_type!r}")
+    check_url(args.url)
+    if not command or not command[0]:
+        raise UsageError("no restart command: give it after --, e.g. -- sudo systemctl restart vllm")
+    return args, _event(args, state, state_type), command
+
+
+def _event(args: argparse.Namespace, state: str, state_type: str) -> Event:
+    return Event(state, state_type, args.attempt, args.service_downtime, args.host_downtime, args.acknowledged > 0)
+
+
+def _depth(text: str) -> int:
+    """A downtime depth or acknowledgement as the scheduler gives it; an unset macro ("") is 0."""
+    text = text.strip()
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"a count (0, 1, ...), not {text!r}")
+    return int(text)

@@ -1,0 +1,56 @@
+"""`check_vllm_restart --status`: the handler's decision as a check, for the restart service.
+
+Icinga 2 and Nagios call an event handler on SOFT results and on HARD state CHANGES only. A service that
+is already HARD CRITICAL for another reason (a --kv-critical threshold) when the engine freezes never
+calls it again, nor does one whose restart the cooldown refused. A service whose state is the handler's
+own decision changes exactly when a restart becomes due: OK (nothing to restart), WARNING (a restart is
+held back by the cooldown, the circuit breaker, a downtime...), CRITICAL (due now). Its event handler is
+then called at that moment and decides the same way, because both run `weigh`. It reads only local files
+(and /proc): it costs the vLLM server nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from check_vllm.contract.vocab import CODE_NAMES, CRITICAL, OK, UNKNOWN, WARNING
+from check_vllm.memory.statefile import StateBusy, StateError, StateFile, default_dir, target_key
+from check_vllm.nagios import statusline
+from check_vllm.restart.history import history_path
+from check_vllm.restart.policy import Event, screen
+
+LABEL = "VLLM_RESTART"
+
+
+def report(args: argparse.Namespace, event: Event, weigh: Any, clock: Any = time.time) -> int:
+    """Print one plugin line for the decision the handler would take now; return its exit code."""
+    state_dir = Path(args.state_dir) if args.state_dir else default_dir()
+    url = args.url.rstrip("/")
+    early = screen(event)
+    if early is not None:  # a downtime or an acknowledgement holds any restart back
+        return _say(WARNING, f"held back: {early.why}")
+    history = StateFile(history_path(state_dir, url), target_key(url, "restart-history"), args.lock_timeout,
+                        what="restart history", fresh="starting afresh")
+    try:
+        history.lock()
+    except StateBusy:
+        return _say(OK, "a restart decision is being made right now")
+    except StateError as err:
+        return _say(UNKNOWN, f"cannot read the restart history: {err}")
+    try:
+        decision, _, _ = weigh(args, event, history, state_dir, url, clock())
+    finally:
+        history.unlock()
+    if decision.act:
+        return _say(CRITICAL, f"due: {decision.why}")
+    if decision.kind == "refuse":
+        return _say(WARNING, f"held back: {decision.why}")
+    return _say(OK, f"nothing to restart: {decision.why}")
+
+
+def _say(code: int, text: str) -> int:
+    print(f"{LABEL} {CODE_NAMES[code]} - {statusline.fit(text)}")
+    return code

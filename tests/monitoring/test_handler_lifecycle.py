@@ -1,0 +1,159 @@
+"""check_vllm_restart and the server's life outside its own restarts: a start it did not make (the host's
+process is young and has not served) is never restarted; a downtime or an acknowledgement holds it back;
+and `--status` makes the restart decision a service state, so the handler is called when a restart becomes
+due whatever the main service's state history. Real files, real processes (no scheduler: see the tiers)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from check_vllm.memory.statefile import check_file
+from check_vllm.restart.policy import Event, screen
+
+LOADING = """\
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[sys.argv.index("--port") + 1])))  # bound, not listening: vLLM loading
+print("bound", flush=True)
+time.sleep(600)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    port = free_port()
+    yield f"http://127.0.0.1:{port}", tmp_path
+
+
+def plant(tmp: Path, url: str, word: str = "down", state: int = 2, age: float = 1.0) -> None:
+    d = tmp / "state"
+    d.mkdir(exist_ok=True, mode=0o700)
+    check_file(d, url, proxy=False).save(
+        {"verdict": {"word": word, "state": state, "text": "planted", "at": time.time() - age, "engines": {}}})
+
+
+def handler(tmp: Path, url: str, *extra: str, state: str = "CRITICAL") -> subprocess.CompletedProcess:
+    counter = tmp / "restarts.txt"
+    argv = ["check_vllm_restart", "--state", state, "--state-type", "HARD", "--attempt", "3", "--url", url,
+            "--state-dir", str(tmp / "state"), *extra, "--", sys.executable, "-c",
+            f"open({str(counter)!r}, 'a').write('restart\\n')"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+def status(tmp: Path, url: str, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["check_vllm_restart", "--status", "--url", url, "--state-dir", str(tmp / "state"),
+                           *extra], capture_output=True, text=True, timeout=60)
+
+
+def restarts(tmp: Path) -> int:
+    f = tmp / "restarts.txt"
+    return len(f.read_text().splitlines()) if f.exists() else 0
+
+
+@pytest.fixture
+def loading(tmp_path: Path) -> Iterator:
+    script = tmp_path / "bin" / "vllm"
+    script.parent.mkdir()
+    script.write_text(LOADING)
+    procs: list[subprocess.Popen] = []
+
+    def start(url: str) -> subprocess.Popen:
+        port = url.rsplit(":", 1)[1]
+        proc = subprocess.Popen([sys.executable, str(script), "serve", "tiny", "--port", port],
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "bound"
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_start_the_check_has_not_seen_yet_is_never_restarted(target, loading):
+    url, tmp = target
+    plant(tmp, url, "down")  # the check saw nothing listening; since then someone started the server
+    proc = loading(url)
+    out = handler(tmp, url)
+    assert out.returncode == 0 and restarts(tmp) == 0, out.stdout + out.stderr
+    assert f"restart refused: verdict 'down', but the server is starting: vLLM process {proc.pid} started" \
+        in out.stdout, out.stdout
+    proc.kill()
+    proc.wait()
+    again = handler(tmp, url)  # the process is gone: down is down
+    assert ": restarted: verdict 'down'" in again.stdout and restarts(tmp) == 1, again.stdout
+
+
+def test_past_the_grace_a_process_that_never_served_is_restarted(target, loading):
+    url, tmp = target
+    plant(tmp, url, "down")
+    loading(url)
+    time.sleep(1.1)
+    out = handler(tmp, url, "--start-grace", "1")
+    assert ": restarted: verdict 'down'" in out.stdout and restarts(tmp) == 1, out.stdout
+
+
+@pytest.mark.parametrize("flags, why", [
+    (("--service-downtime", "1"), "the service is in a scheduled downtime"),
+    (("--host-downtime", "2"), "its host is in a scheduled downtime"),
+    (("--acknowledged", "1"), "an operator acknowledged the problem"),
+])
+def test_a_downtime_or_an_acknowledgement_holds_a_restart_back(target, flags, why):
+    url, tmp = target
+    plant(tmp, url, "stuck")
+    out = handler(tmp, url, *flags)
+    assert out.returncode == 0 and restarts(tmp) == 0
+    assert f"restart refused: CRITICAL HARD, but {why}" in out.stdout, out.stdout
+    unset = handler(tmp, url, "--service-downtime", "", "--host-downtime", "0", "--acknowledged", "")
+    assert ": restarted: verdict 'stuck'" in unset.stdout and restarts(tmp) == 1, unset.stdout
+
+
+def test_screen_is_pure_and_names_the_hold():
+    assert screen(Event("CRITICAL", "HARD", 3, service_downtime=1)).kind == "refuse"
+    assert screen(Event("CRITICAL", "HARD", 3, acknowledged=True)).kind == "refuse"
+    assert screen(Event("CRITICAL", "HARD", 3)) is None
+    assert screen(Event("WARNING", "HARD", 3, service_downtime=1)).kind == "skip"
+
+
+def test_status_is_the_handlers_decision_as_a_service_state(target):
+    url, tmp = target
+    plant(tmp, url, "busy", 0)
+    ok = status(tmp, url)
+    assert ok.returncode == 0 and ok.stdout.startswith("VLLM_RESTART OK - nothing to restart: the check's last "
+                                                       "verdict is 'busy'"), ok.stdout
+    plant(tmp, url, "stuck")  # proven stuck while the main service was already CRITICAL for a threshold
+    due = status(tmp, url)
+    assert due.returncode == 2 and due.stdout.startswith("VLLM_RESTART CRITICAL - due: verdict 'stuck'"), due.stdout
+    assert restarts(tmp) == 0  # --status restarts nothing
+    assert ": restarted:" in handler(tmp, url).stdout and restarts(tmp) == 1
+    time.sleep(0.2)
+    plant(tmp, url, "stuck", age=0.0)  # the restarted server is stuck again, inside the cooldown
+    held = status(tmp, url)
+    assert held.returncode == 1 and "held back: verdict 'stuck', but the last restart was" in held.stdout, held.stdout
+    after = status(tmp, url, "--cooldown", "0")  # the cooldown over: due again, a state change, a handler call
+    assert after.returncode == 2, after.stdout
+    down = status(tmp, url, "--host-downtime", "1")
+    assert down.returncode == 1 and "scheduled downtime" in down.stdout
+
+
+def test_status_usage_errors_are_unknown_not_critical(tmp_path):
+    out = subprocess.run(["check_vllm_restart", "--status", "--url", "ftp://x"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 3 and out.stdout.startswith("VLLM_RESTART UNKNOWN - usage:"), out.stdout
+    bad = subprocess.run(["check_vllm_restart", "--status", "--url", "http://127.0.0.1:1", "--service-downtime",
+                          "x"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 3, bad.stdout + bad.stderr
