@@ -259,6 +259,10 @@ def marker_path(state_dir: Path, url: str) -> Path:
     return Path(state_dir) / f"vllm-{digest}.restart.json"
 
 
+#: A marker that says "restart in progress" for longer than this is a handler that died mid-restart.
+RESTART_IN_PROGRESS_MAX = 1200.0
+
+
 def load_marker(path: Path) -> tuple[float | None, str | None]:
     """Wall-clock time of the last restart the handler made (or None), and what was wrong with the
     marker when there is one it cannot use. The handler's next restart replaces it."""
@@ -277,6 +281,10 @@ def load_marker(path: Path) -> tuple[float | None, str | None]:
     at = doc.get("restarted_at") if isinstance(doc, dict) else None
     if isinstance(at, bool) or not isinstance(at, (int, float)):
         return None, "restart marker corrupt; ignored"
+    if doc.get("in_progress") is True and 0 <= time.time() - at < RESTART_IN_PROGRESS_MAX:
+        # the handler's restart command is still running: the server is being restarted now, whatever the
+        # check saw since the command began (a frozen server answers /metrics until it is stopped)
+        return time.time(), None
     return float(at), None
 
 

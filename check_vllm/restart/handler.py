@@ -165,7 +165,7 @@ def _restart(args: argparse.Namespace, event: Event, command: list[str], log: Lo
     marker = marker_path(state_dir, url)
     try:
         history.save({"restarts": entries})
-        write_json(marker, {"restarted_at": now, "by": PROG, "verdict": word})
+        write_json(marker, {"restarted_at": now, "by": PROG, "verdict": word, "in_progress": True})
     except (StateError, OSError) as err:
         log("no restart", f"{decision.why}, but the restart history cannot be written ({err}); "
                           "not restarting without a record", event)

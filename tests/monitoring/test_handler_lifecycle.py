@@ -157,3 +157,18 @@ def test_status_usage_errors_are_unknown_not_critical(tmp_path):
     bad = subprocess.run(["check_vllm_restart", "--status", "--url", "http://127.0.0.1:1", "--service-downtime",
                           "x"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 3, bad.stdout + bad.stderr
+
+
+def test_a_restart_in_progress_reads_as_now_until_the_command_ends(tmp_path):
+    """While the restart command runs, the frozen server may still answer /metrics: the check must not
+    take those readings as "the restarted server served" and call the stop that follows "down"."""
+    from check_vllm.memory.statefile import load_marker, write_json
+
+    marker = tmp_path / "marker.json"
+    write_json(marker, {"restarted_at": time.time() - 30, "in_progress": True})
+    at, note = load_marker(marker)
+    assert note is None and at is not None and abs(at - time.time()) < 2
+    write_json(marker, {"restarted_at": time.time() - 5000, "in_progress": True})  # a handler that died
+    assert load_marker(marker)[0] < time.time() - 4000
+    write_json(marker, {"restarted_at": time.time() - 30})
+    assert time.time() - load_marker(marker)[0] > 25

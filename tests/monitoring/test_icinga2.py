@@ -266,7 +266,8 @@ object Host "gpu-01" {{
     out = subprocess.run(["icinga2", "daemon", "-C", "-c", str(conf), *dirs], capture_output=True, text=True,
                          timeout=120, env={**os.environ, "ICINGA2_USER": "root", "ICINGA2_GROUP": "root"})
     assert out.returncode == 0, out.stdout[-3000:]
-    assert "Instantiated 1 Service." in out.stdout and "Instantiated 1 EventCommand." in out.stdout, out.stdout[-2000:]
+    # the service "vllm" and its restart service "vllm-restart" (check_vllm_restart --status)
+    assert "Instantiated 2 Services." in out.stdout and "Instantiated 1 EventCommand." in out.stdout, out.stdout[-2000:]
     assert "warning/" not in out.stdout, out.stdout[-2000:]
 
 
