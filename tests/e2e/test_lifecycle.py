@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import re
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,44 +13,15 @@ from pathlib import Path
 import pytest
 
 from check_vllm.server import host
+from tests.loading_vllm import Loaders, free_port, loaders
 
-LOADING = """\
-import socket, sys, time
-port = int(sys.argv[sys.argv.index("--port") + 1])
-s = socket.socket()
-s.bind(("127.0.0.1", port))  # bound, never listening: connections are refused, as while vLLM loads
-print("bound", flush=True)
-time.sleep(600)
-"""
 PERF = (" | kv_cache_usage=U;;;0;100 prompt_tokens_per_second=U;;;0 running=U;;;0 stalled_seconds=U;;;0 "
         "steps_per_second=U;;;0 tokens_per_second=U;;;0 waiting=U;;;0")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
-def loader(tmp_path: Path) -> Iterator:
-    """Start `vllm serve tiny --port P` (a script named vllm, run by this interpreter) that only binds."""
-    script = tmp_path / "bin" / "vllm"
-    script.parent.mkdir()
-    script.write_text(LOADING)
-    started: list[subprocess.Popen] = []
-
-    def start(port: int, *extra: str) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, str(script), "serve", "tiny", "--port", str(port), *extra],
-                                stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "bound"
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.kill()
-        proc.wait()
+def loader(tmp_path: Path) -> Iterator[Loaders]:
+    yield from loaders(tmp_path)
 
 
 def norm(line: str) -> str:

@@ -5,7 +5,6 @@ due whatever the main service's state history. Real files, real processes (no sc
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -16,20 +15,7 @@ import pytest
 
 from check_vllm.memory.statefile import check_file
 from check_vllm.restart.policy import Event, screen
-
-LOADING = """\
-import socket, sys, time
-s = socket.socket()
-s.bind(("127.0.0.1", int(sys.argv[sys.argv.index("--port") + 1])))  # bound, not listening: vLLM loading
-print("bound", flush=True)
-time.sleep(600)
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.loading_vllm import Loaders, free_port
 
 
 @pytest.fixture
@@ -65,23 +51,9 @@ def restarts(tmp: Path) -> int:
 
 @pytest.fixture
 def loading(tmp_path: Path) -> Iterator:
-    script = tmp_path / "bin" / "vllm"
-    script.parent.mkdir()
-    script.write_text(LOADING)
-    procs: list[subprocess.Popen] = []
-
-    def start(url: str) -> subprocess.Popen:
-        port = url.rsplit(":", 1)[1]
-        proc = subprocess.Popen([sys.executable, str(script), "serve", "tiny", "--port", port],
-                                stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "bound"
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        proc.kill()
-        proc.wait()
+    made = Loaders(tmp_path)
+    yield lambda url: made(int(url.rsplit(":", 1)[1]))
+    made.close()
 
 
 def test_a_start_the_check_has_not_seen_yet_is_never_restarted(target, loading):
