@@ -16,9 +16,9 @@ from typing import NamedTuple
 
 import httpx
 
+from check_vllm.contract.vocab import CODE_NAMES
 from vllm_simulator import BY_NAME, Simulator
 
-STATES = {0: "OK", 1: "WARNING", 2: "CRITICAL", 3: "UNKNOWN"}
 FAST = ("--min-gap", "0.5", "--reread-delay", "0.6", "--stuck-seconds", "0", "--probe-timeout", "2", "-t", "6")
 
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== {entry.name}: {entry.description}")
             for _ in range(step.runs):
                 code, out = _check(server.url, state_dir)
-                print(f"$ check_vllm -u {server.url}\n{out}\n-> exit {code} ({STATES.get(code, '?')})")
+                print(f"$ check_vllm -u {server.url}\n{out}\n-> exit {code} ({CODE_NAMES[code] if 0 <= code < len(CODE_NAMES) else '?'})")
                 time.sleep(0.6)
             print(f"   inference requests the check sent: {len(server.inference_requests())}\n")
 

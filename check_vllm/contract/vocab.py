@@ -32,15 +32,82 @@ UNREACHABLE = "unreachable"
 #: /metrics comes from more than one server process in turn: the URL is a load balancer.
 BALANCER = "balancer"
 
+class Word(NamedTuple):
+    """One verdict word of the operator contract: the states it can carry, whether check_vllm_restart may
+    restart on it (when CRITICAL), and its meaning for --help and the README."""
+
+    word: str
+    states: tuple[int, ...]
+    restartable: bool
+    meaning: str
+
+
+#: The operator contract, one row per word (the order of --help and of the Netdata dimensions). The state of a word is this
+#: table's, never a file's: a saved verdict whose state the word cannot carry is no verdict.
+VERDICTS = (
+    Word(BUSY, (OK,), False, "work present and progress since the previous reading"),
+    Word(STALLING, (WARNING,), False, "work present, no progress yet, not proven stuck"),
+    Word(STUCK, (CRITICAL,), True, "no progress over --stuck-readings comparisons spanning --stuck-seconds, "
+                                   "or an idle engine left a 1-token probe unanswered without progress"),
+    Word(IDLE, (OK,), False, "no work; the 1-token probe answered (the only run that sends inference)"),
+    Word(RESTARTED, (OK,), False, "new server process: new baseline, counters of two processes never compared"),
+    Word(SLEEPING, (OK,), False, "vllm:engine_sleep_state says asleep"),
+    Word(DOWN, (CRITICAL,), True, "connection refused: nothing listens at the URL; or not serving --start-grace "
+                                  "after its process started; or a crash loop (processes starting in turn, none "
+                                  "serving)"),
+    Word(UNRESPONSIVE, (WARNING, CRITICAL), True, "/metrics timed out or answered 5xx; CRITICAL once it lasts as "
+                                                  "long as stuck needs"),
+    Word(NO_METRICS, (WARNING, CRITICAL), False, "no usable /metrics; /v1/models answers (CRITICAL if it does not)"),
+    Word(PROXY, (OK, CRITICAL), False, "--proxy: /v1/models only (the handler restarts on it only with --proxy)"),
+    Word(STARTING, (WARNING,), False, "not serving yet, and its process younger than --start-grace "
+                                      "(whoever started it)"),
+    Word(UNREACHABLE, (UNKNOWN,), False, "DNS lookup or TLS handshake failed: the monitoring side cannot reach it "
+                                         "(resolver, CA bundle, certificate, scheme); never restarted"),
+    Word(BALANCER, (WARNING,), False, "/metrics comes from more than one server process in turn: the URL is a "
+                                      "load balancer (use --proxy)"),
+)
+BY_WORD = {w.word: w for w in VERDICTS}
 #: Every word a verdict can start with; Netdata charts one dimension per word.
-WORDS = (BUSY, STALLING, STUCK, IDLE, RESTARTED, SLEEPING, DOWN, UNRESPONSIVE, NO_METRICS, PROXY, STARTING,
-         UNREACHABLE, BALANCER)
+WORDS = tuple(w.word for w in VERDICTS)
 #: Engine words, worst first: the worst engine names the whole server.
 ENGINE_RANK = (STUCK, STALLING, BUSY, IDLE, SLEEPING)
 #: Engine words that judge work present (a stall streak belongs to these).
 WORKING = (BUSY, STALLING, STUCK)
 #: Verdicts a restart can cure, when CRITICAL. "stalling" and "starting" are not proof.
-RESTARTABLE = (STUCK, DOWN, UNRESPONSIVE)
+RESTARTABLE = tuple(w.word for w in VERDICTS if w.restartable)
+
+
+def state_of(word: str, saved: object) -> int | None:
+    """The state a saved verdict may claim for its word: the contract's when the word has one, the saved
+    one only where the word can carry it; None for a state the word cannot have (or an unknown word)."""
+    row = BY_WORD.get(word)
+    if row is None or isinstance(saved, bool) or saved not in row.states:
+        return row.states[0] if row is not None and len(row.states) == 1 else None
+    return int(saved)
+
+
+class Perf(NamedTuple):
+    """One perfdata label of the operator contract (labels never change)."""
+
+    label: str
+    unit: str
+    #: The Verdict attribute that holds it.
+    attr: str
+    what: str
+    source: str
+
+
+PERFDATA = (
+    Perf("tokens_per_second", "", "tokens_per_second", "generated tokens/s", "vllm:generation_tokens_total"),
+    Perf("prompt_tokens_per_second", "", "prompt_tokens_per_second", "prompt tokens/s", "vllm:prompt_tokens_total"),
+    Perf("steps_per_second", "", "steps_per_second", "engine steps/s", "vllm:iteration_tokens_total_count"),
+    Perf("running", "", "running", "requests running", "vllm:num_requests_running"),
+    Perf("waiting", "", "waiting", "requests queued", "vllm:num_requests_waiting (-w/-c)"),
+    Perf("kv_cache_usage", "%", "kv_cache", "%, fullest engine", "vllm:kv_cache_usage_perc (--kv-warning/--kv-critical)"),
+    Perf("probe_seconds", "s", "probe_seconds", "probe latency, s", "only when the idle probe ran"),
+    Perf("stalled_seconds", "s", "stalled_seconds", "s without progress", "while work is present"),
+)
+
 
 # --------------------------------------------------------------------------- what a verdict asks the caller to do
 

@@ -26,6 +26,7 @@ from check_vllm.contract.values import (
     Starts,
     Streak,
 )
+from check_vllm.contract.vocab import state_of
 
 _ENGINE_FIELDS = frozenset(EngineReading._fields)
 
@@ -125,10 +126,9 @@ def remembered(raw: Any) -> Remembered | None:
     """The saved verdict; its time and code stay None when unusable, so the handler can say so."""
     if not isinstance(raw, dict) or not isinstance(raw.get("word"), str):
         return None
-    code = raw.get("state")
     engines = {str(n): str(w) for n, w in _dict(raw.get("engines")).items()}
-    return Remembered(
-        word=raw["word"], code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+    return Remembered(  # the state of a word is the contract's, never the file's
+        word=raw["word"], code=state_of(raw["word"], raw.get("state")),
         text=str(raw.get("text", "")), at=finite(raw.get("at")), engines=MappingProxyType(engines),
     )
 

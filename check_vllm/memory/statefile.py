@@ -281,7 +281,7 @@ def load_marker(path: Path) -> tuple[float | None, str | None]:
     at = doc.get("restarted_at") if isinstance(doc, dict) else None
     if isinstance(at, bool) or not isinstance(at, (int, float)):
         return None, "restart marker corrupt; ignored"
-    if doc.get("in_progress") is True and 0 <= time.time() - at < RESTART_IN_PROGRESS_MAX:
+    if isinstance(doc, dict) and doc.get("in_progress") is True and 0 <= time.time() - at < RESTART_IN_PROGRESS_MAX:
         # the handler's restart command is still running: the server is being restarted now, whatever the
         # check saw since the command began (a frozen server answers /metrics until it is stopped)
         return time.time(), None

@@ -19,37 +19,27 @@ from check_vllm.nagios.args import Parser, UsageError, check_url, number
 PROG = "check_vllm"
 DEFAULT_URL = "http://127.0.0.1:8000"
 
-EPILOG = """\
-verdicts (first word of the status text):
-  busy          OK        work present and progress since the previous reading
-  stalling      WARNING   work present, no progress yet, not proven stuck
-  stuck         CRITICAL  no progress over --stuck-readings comparisons spanning --stuck-seconds,
-                          or an idle engine left a 1-token probe unanswered without progress
-  idle          OK        no work; the 1-token probe answered (the only run that sends inference)
-  restarted     OK        new server process: new baseline, counters of two processes never compared
-  sleeping      OK        vllm:engine_sleep_state says asleep
-  starting      WARNING   not serving yet, and its process younger than --start-grace (whoever started it)
-  down          CRITICAL  connection refused: nothing listens at the URL; or not serving --start-grace after
-                          its process started; or a crash loop (processes starting in turn, none serving)
-  unreachable   UNKNOWN   DNS lookup or TLS handshake failed: the monitoring side cannot reach it
-                          (resolver, CA bundle, certificate, scheme); never restarted
-  unresponsive  WARNING   /metrics timed out or answered 5xx; CRITICAL once it lasts as long as stuck needs
-  no metrics    WARNING   no usable /metrics; /v1/models answers (CRITICAL if it does not)
-  proxy         OK/CRIT   --proxy: /v1/models only
+def _wrapped(text: str, indent: int, width: int = 104) -> list[str]:
+    import textwrap
 
-perfdata:
-  tokens_per_second         generated tokens/s    vllm:generation_tokens_total
-  prompt_tokens_per_second  prompt tokens/s       vllm:prompt_tokens_total
-  steps_per_second          engine steps/s        vllm:iteration_tokens_total_count
-  running                   requests running      vllm:num_requests_running
-  waiting                   requests queued       vllm:num_requests_waiting (-w/-c)
-  kv_cache_usage            %, fullest engine     vllm:kv_cache_usage_perc (--kv-warning/--kv-critical)
-  probe_seconds             probe latency, s      only when the idle probe ran
-  stalled_seconds           s without progress while work is present
+    return textwrap.wrap(text, width - indent) or [""]
 
-exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad usage, --help, --version, the -t timeout).
-The API key is read from $VLLM_API_KEY or --api-key-file, never from the command line.
-"""
+
+def epilog() -> str:
+    """The verdict and perfdata lists of --help, made from the contract's tables (check_vllm.contract.vocab)."""
+    from check_vllm.contract.vocab import PERFDATA, VERDICTS
+
+    lines = ["verdicts (first word of the status text):"]
+    for w in VERDICTS:
+        state = "/".join(CODE_NAMES[c][:4] if len(w.states) > 1 else CODE_NAMES[c] for c in w.states)
+        text = _wrapped(w.meaning + ("; restartable when CRITICAL" if w.restartable else ""), 26)
+        lines.append(f"  {w.word:<13} {state:<10}{text[0]}")
+        lines += [" " * 26 + more for more in text[1:]]
+    lines += ["", "perfdata:"]
+    lines += [f"  {p.label:<25} {p.what:<21} {p.source}" for p in PERFDATA]
+    lines += ["", "exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad usage, --help, --version, the -t timeout).",
+              "The API key is read from $VLLM_API_KEY or --api-key-file, never from the command line."]
+    return "\n".join(lines) + "\n"
 
 
 class Deadline(Exception):
@@ -58,7 +48,7 @@ class Deadline(Exception):
 
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, description="Tell a busy vLLM server from a stuck one, without using its request slots.",
-                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                epilog=epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     c = p.add_argument_group("server")
     c.add_argument("-u", "--url", default=DEFAULT_URL, help="vLLM server base URL (default: %(default)s)")
     c.add_argument("--proxy", action="store_true",

@@ -11,7 +11,7 @@ import nagiosplugin
 from nagiosplugin.performance import Performance
 
 from check_vllm.contract.values import Verdict
-from check_vllm.contract.vocab import CRITICAL, LOCK_TIMEOUT, OK, UNKNOWN, WARNING, Options, Settings
+from check_vllm.contract.vocab import CRITICAL, LOCK_TIMEOUT, OK, PERFDATA, UNKNOWN, WARNING, Options, Settings
 from check_vllm.memory import codec as memory
 from check_vllm.memory.statefile import StateBusy, StateError, check_file, load_marker, marker_path
 from check_vllm.nagios import statusline
@@ -20,19 +20,6 @@ from check_vllm.server.fetch import Endpoint
 
 _STATES = {OK: nagiosplugin.Ok, WARNING: nagiosplugin.Warn, CRITICAL: nagiosplugin.Critical,
            UNKNOWN: nagiosplugin.Unknown}
-
-#: label, unit, Verdict attribute: the perfdata contract (labels never change).
-PERFDATA = (
-    ("tokens_per_second", "", "tokens_per_second"),
-    ("prompt_tokens_per_second", "", "prompt_tokens_per_second"),
-    ("steps_per_second", "", "steps_per_second"),
-    ("running", "", "running"),
-    ("waiting", "", "waiting"),
-    ("kv_cache_usage", "%", "kv_cache"),
-    ("probe_seconds", "s", "probe_seconds"),
-    ("stalled_seconds", "s", "stalled_seconds"),
-)
-
 
 def number(value: float | None) -> str:
     """Perfdata values per the plugin guidelines: plain decimals or U, never nan/inf/exponents."""
@@ -105,7 +92,7 @@ class Server(nagiosplugin.Resource):
         finally:
             store.unlock()
         yield nagiosplugin.Metric("verdict", verdict, context="verdict")
-        for label, uom, attr in PERFDATA:
+        for label, uom, attr, *_ in PERFDATA:
             value = getattr(verdict, attr)
             if attr == "probe_seconds" and value is None:
                 continue

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from check_vllm.contract.vocab import WORDS
 from vllm_simulator import Simulator
 
 from .conftest import FAST
@@ -123,6 +124,16 @@ class Case:
 
 
 CASES = [
+    # --- the monitoring side, and a URL with more than one server behind it -------------------------------
+    Case("unreachable", "idle", ("-u", "http://nonexistent.invalid:8000"), 3,
+         "VLLM UNKNOWN - unreachable: DNS lookup failed (Name or service not known) (http://nonexistent.invalid:8000): "
+         "the monitoring side cannot reach the server; a restart would not help | " + _NO_READING),
+    Case("balancer", "busy", (), WARNING,
+         "VLLM WARNING - balancer: /metrics comes from more than one server process in turn (this reading continues "
+         "a process older than the one before): the URL looks like a load balancer; check it with --proxy, and "
+         "check each backend directly | kv_cache_usage=<N>%;;;0;100 prompt_tokens_per_second=U;;;0 running=2;;;0 "
+         "stalled_seconds=0s;;;0 steps_per_second=U;;;0 tokens_per_second=U;;;0 waiting=3;;;0",
+         runs=2, before_last="older"),
     # --- busy ------------------------------------------------------------------------------------------------
     Case("busy-first-reading", "busy", ("--reread-delay", "60"), OK,
          "VLLM OK - busy: 2 running, 3 waiting (first reading: progress not yet measured) | "
@@ -266,7 +277,7 @@ CASES = [
     # --- the state file --------------------------------------------------------------------------------------
     Case("state-not-saved", "idle", ("--no-probe",), WARNING,
          "VLLM WARNING - idle: no work, not probed; state not saved: cannot open state lock in {state}: "
-         "Permission denied | "
+         "Permission denied; judged on this run alone (a stall cannot be proven across runs) | "
          "kv_cache_usage=0%;;;0;100 prompt_tokens_per_second=U;;;0 running=0;;;0 stalled_seconds=0s;;;0 "
          "steps_per_second=U;;;0 tokens_per_second=U;;;0 waiting=0;;;0",
          read_only_state=True),
@@ -292,9 +303,22 @@ def _restart_handler(sim: Simulator, state: Path) -> None:
     assert proc.returncode == 0 and ": restarted: " in proc.stdout, proc.stdout + proc.stderr
 
 
+def _older_baseline(sim: Simulator, state: Path) -> None:
+    """Make the saved baseline a process younger than the one now serving: behind one URL, readings of two
+    processes in turn (a load balancer), not a restart."""
+    from check_vllm.memory.statefile import check_file
+
+    store = check_file(state, sim.url, False)
+    data, problem = store.load()
+    assert problem is None and data["reading"]["process_start"], (problem, data)
+    data["reading"]["process_start"] += 100.0
+    store.save(data)
+
+
 BEFORE_LAST: dict[str, Callable[[Simulator, Path], None]] = {
     "restart": lambda sim, state: sim.restart(),
     "handle": _restart_handler,
+    "older": _older_baseline,
 }
 
 
@@ -334,11 +358,11 @@ def test_status_line(case: Case, tmp_path: Path):
 
 
 def test_every_verdict_word_is_pinned():
-    """A new verdict word needs a golden row here (the words are check_vllm --help's verdict list)."""
+    """A new verdict word needs a golden row here: the words are the contract's table, which --help lists."""
     help_text = subprocess.run([CHECK, "--help"], capture_output=True, text=True, timeout=60).stdout
     table = help_text.split("verdicts (first word of the status text):", 1)[1].split("\n\n", 1)[0]
-    words = {m.group(1) for m in re.finditer(r"^  (\w+(?: \w+)?)\s{2,}(?:OK|WARNING|CRITICAL|OK/CRIT)\b",
-                                             table, re.MULTILINE)}
+    listed = {m.group(1) for m in re.finditer(r"^  (\w+(?: \w+)?)\s{2,}(?:OK|WARN|CRIT|UNKNOWN)", table, re.M)}
+    assert listed == set(WORDS), (sorted(listed), WORDS)
     lines = [line for c in CASES for line in (c.line if isinstance(c.line, tuple) else (c.line,))]
     pinned = {line.split(" - ", 1)[1].split(":", 1)[0] for line in lines}
-    assert len(words) == 11 and words <= pinned, (sorted(words), sorted(pinned))
+    assert set(WORDS) <= pinned, sorted(set(WORDS) - pinned)

@@ -173,3 +173,27 @@ def test_an_old_baseline_of_another_process_or_without_a_boot_clock_is_no_baseli
     wall_only = assess(Memory(), reading(), short, WALL0)
     later = assess(wall_only.memory, reading(), short, WALL0 + 6.0)
     assert (later.word, later.code) == ("busy", OK)  # no boot-time clock: age decides, as before
+
+
+# --------------------------------------------------------------------------- the contract owns each word's state
+
+
+@pytest.mark.parametrize("saved, word, code", [
+    ({"word": "idle", "state": 2}, "idle", OK),
+    ({"word": "stuck", "state": 0}, "stuck", CRITICAL),
+    ({"word": "unresponsive", "state": 2}, "unresponsive", CRITICAL),
+    ({"word": "unresponsive", "state": 0}, "unresponsive", None),
+    ({"word": "unresponsive", "state": True}, "unresponsive", None),
+    ({"word": "no such word", "state": 2}, "no such word", None),
+])
+def test_a_state_file_cannot_change_the_state_of_a_word(saved, word, code):
+    last = codec.remembered({**saved, "text": "", "at": WALL0})
+    assert (last.word, last.code) == (word, code)
+
+
+def test_a_repeat_of_a_saved_idle_is_ok_whatever_state_the_file_claims():
+    first = assess(Memory(), reading(running=0.0), S, at(0.0))
+    doc = codec.to_json(first.memory)
+    doc["verdict"]["state"] = CRITICAL  # a hand-edited or foreign file
+    again = assess(codec.from_json(doc), reading(running=0.0), S, at(1.0))  # within --min-gap: a repeat
+    assert (again.word, again.code) == ("idle", OK)
