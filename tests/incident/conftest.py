@@ -106,6 +106,7 @@ def world(tmp_path_factory):
             if checked.returncode != 0:
                 pytest.fail(f"icinga2 rejected the config:\n{checked.stdout[-4000:]}", pytrace=False)
             ic.start()
+            t_icinga = time.time()
             try:
                 sup.wait_healthy(240)
                 t_health = time.time()
@@ -117,7 +118,8 @@ def world(tmp_path_factory):
                       t0=sup.start_time)
             w.measured["versions"] = versions
             w.measured["lock"] = lock.how
-            w.event("Icinga 2 started: CheckCommand vllm + EventCommand vllm-restart (contrib/icinga2)")
+            w.phases.append((t_boot, "boot"))  # the load, from supervisord's autostart to /health 200
+            w.event("Icinga 2 started: CheckCommand vllm + EventCommand vllm-restart (contrib/icinga2)", t_icinga)
             w.event("supervisord started vLLM (autostart): the boot", t_boot)
             w.event(f"vLLM answers /health 200 at {sup.url} (model loaded)", t_health)
             w.measured["boot"] = {"boot": t_boot, "health": t_health}
