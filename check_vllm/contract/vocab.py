@@ -29,12 +29,15 @@ PROXY = "proxy"
 STARTING = "starting"
 #: The monitoring side cannot reach the server (DNS, TLS): a restart cannot fix it, so it is UNKNOWN.
 UNREACHABLE = "unreachable"
+#: The peer at the URL does not speak HTTP (an https port behind an http:// URL, a header past the client's
+#: limit): an instant answer, not a busy event loop, so not restartable; UNKNOWN like unreachable.
+PROTOCOL = "protocol"
 #: /metrics comes from more than one server process in turn: the URL is a load balancer.
 BALANCER = "balancer"
 
 #: Every word a verdict can start with; Netdata charts one dimension per word.
 WORDS = (BUSY, STALLING, STUCK, IDLE, RESTARTED, SLEEPING, DOWN, UNRESPONSIVE, NO_METRICS, PROXY, STARTING,
-         UNREACHABLE, BALANCER)
+         UNREACHABLE, BALANCER, PROTOCOL)
 #: Engine words, worst first: the worst engine names the whole server.
 ENGINE_RANK = (STUCK, STALLING, BUSY, IDLE, SLEEPING)
 #: Engine words that judge work present (a stall streak belongs to these).
