@@ -32,9 +32,11 @@ verdicts (first word of the status text):
   down          CRITICAL  connection refused: nothing listens at the URL
   unreachable   UNKNOWN   DNS lookup or TLS handshake failed: the monitoring side cannot reach it
                           (resolver, CA bundle, certificate, scheme); never restarted
+  protocol      UNKNOWN   the peer does not speak HTTP (an https port behind an http:// URL, a header
+                          past the client's limit): an instant answer, not a stall; never restarted
   unresponsive  WARNING   /metrics timed out or answered 5xx; CRITICAL once it lasts as long as stuck needs
-  no metrics    WARNING   no usable /metrics; /v1/models answers (CRITICAL if it does not)
-  proxy         OK/CRIT   --proxy: /v1/models only
+  no metrics    WARNING   no usable /metrics; /v1/models answers, even 4xx (CRITICAL if refused or silent)
+  proxy         OK/CRIT   --proxy: /v1/models only; WARNING when it answers 4xx or loops redirects
 
 perfdata:
   tokens_per_second         generated tokens/s    vllm:generation_tokens_total
@@ -62,7 +64,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("-u", "--url", default=DEFAULT_URL, help="vLLM server base URL (default: %(default)s)")
     c.add_argument("--proxy", action="store_true",
                    help="the URL is a load balancer: read only /v1/models (each /metrics read could hit another backend)")
-    c.add_argument("--api-key-file", metavar="FILE", help="file holding the API key (else $VLLM_API_KEY)")
+    c.add_argument("--api-key-file", metavar="FILE", help="file holding the API key on its first line (else $VLLM_API_KEY); a leading UTF-8 "
+                        "BOM and surrounding white space are ignored")
     c.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify an https URL")
     c.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
     d = p.add_argument_group("decision")
@@ -140,16 +143,26 @@ def _check_ca_file(path: str) -> None:
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
+    """The key, checked at start: one that cannot go in an HTTP header fails inside the client before
+    anything is sent, which must never read as a server that does not answer. A key file's leading
+    UTF-8 BOM (Notepad writes one) and surrounding white space are not part of the key."""
+    from check_vllm.server.fetch import unsendable
+
     if args.api_key_file:
         try:
-            with open(args.api_key_file, encoding="utf-8") as fh:
+            with open(args.api_key_file, encoding="utf-8-sig") as fh:
                 key = fh.readline().strip()
         except (OSError, UnicodeDecodeError) as err:
             raise UsageError(f"cannot read --api-key-file: {getattr(err, 'strerror', None) or err}") from None
         if not key:
             raise UsageError("--api-key-file is empty")
-        return key
-    return os.environ.get("VLLM_API_KEY") or None
+        source = f"--api-key-file {args.api_key_file}"
+    else:
+        key, source = os.environ.get("VLLM_API_KEY") or "", "$VLLM_API_KEY"
+    problem = unsendable(key)
+    if problem:
+        raise UsageError(f"the API key in {source} cannot be sent: {problem}")
+    return key or None
 
 
 def _unknown(message: str) -> NoReturn:
@@ -160,6 +173,11 @@ def _unknown(message: str) -> NoReturn:
 def main(argv: list[str] | None = None) -> NoReturn:
     started = time.monotonic()
     statusline.prepare()  # LC_ALL=C or PYTHONIOENCODING=ascii: a model id in another script must not crash the output
+    # httpcore imports trio (when installed) and anyio for async support this one-shot, synchronous
+    # process never uses: ~50 ms, a third of a whole run. Mark them absent before the URL
+    # check imports httpx, unless already loaded.
+    for name in ("trio", "anyio"):
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     try:
         args = parser().parse_args(argv)
         _validate(args)
@@ -168,10 +186,6 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except SystemExit:
         sys.exit(UNKNOWN)  # --help and --version printed; the plugin API wants UNKNOWN for both
 
-    # httpcore imports trio (when installed) and anyio for async support this one-shot, synchronous
-    # process never uses: ~50 ms, a third of a whole run. Mark them absent here, unless already loaded.
-    for name in ("trio", "anyio"):
-        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     from check_vllm.contract.vocab import LOCK_TIMEOUT, Options, Settings
     from check_vllm.memory.statefile import default_dir
     from check_vllm.nagios.plugin import Run, build

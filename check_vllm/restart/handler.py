@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from check_vllm import __version__
+from check_vllm.contract.safe_text import without_userinfo
 from check_vllm.contract.vocab import CODE_NAMES, LOCK_TIMEOUT
 from check_vllm.memory import codec as memory
 from check_vllm.memory.statefile import (
@@ -137,7 +138,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, Event, list[str]]:
 
 class Logger:
     def __init__(self, url: str, log_file: str | None) -> None:
-        self.url = url.rstrip("/")
+        self.url = without_userinfo(url.rstrip("/"))  # the log and the scheduler show it: never a password
         self.log_file = log_file
 
     def __call__(self, decision: str, why: str, event: Event | None = None) -> None:
