@@ -14,6 +14,7 @@ import gzip
 import json
 import select
 import socket
+import struct
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler
 from types import MappingProxyType
@@ -224,6 +225,11 @@ class Handler(BaseHTTPRequestHandler):
         canned = _CANNED_METRICS.get(answer)
         if canned is not None:
             self._send(canned.status, canned.body, canned.content_type, handler=canned.handler)
+            return
+        if answer is MetricsAnswer.NOT_HTTP:  # as a TLS port does to a plain request: reset, no HTTP at all
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()  # now: the server's own shutdown would send a FIN first
+            self._drop()
             return
         if answer is MetricsAnswer.SLOW and not self._proc.slow_wait(sim.slow_seconds):
             self._drop()

@@ -34,6 +34,7 @@ class MetricsAnswer(enum.Enum):
     HTML_200 = "html_200"  # a proxy's HTML error page with status 200
     HTTP_500 = "http_500"  # 500 with a plain-text body
     HTTP_502 = "http_502"  # 502 with a proxy's HTML error page
+    NOT_HTTP = "not_http"  # the connection reset at once, no HTTP: what a TLS port does to a plain http:// request
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ TABLE: Final[tuple[Scenario, ...]] = (
     Scenario("html", "a proxy's HTML error page served with status 200", metrics=_A.HTML_200),
     Scenario("http_500", "/metrics answers 500", metrics=_A.HTTP_500),
     Scenario("http_502", "/metrics answers 502, a proxy's HTML error page", metrics=_A.HTTP_502),
+    Scenario("not_http", "/metrics resets the connection, as a TLS port read with http://", metrics=_A.NOT_HTTP),
     Scenario("sleeping", "vLLM sleep mode", (_M.SLEEPING,)),
     Scenario("slow", "/metrics takes longer than the check may wait", metrics=_A.SLOW),
     Scenario("dead", "nothing listens on the port", listening=False),

@@ -16,3 +16,13 @@ def clean(text: str, cap: int = 120) -> str:
     text = _UNSAFE.sub(lambda m: "/" if m.group() == "|" else " ", str(text))
     text = " ".join(text.split())
     return text if len(text) <= cap else text[: max(cap - 3, 0)] + "..."
+
+
+def without_userinfo(url: str) -> str:
+    """`url` with any user:password@ taken out (a status line is readable by every monitoring user)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    host_end = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    at = rest.rfind("@", 0, host_end)
+    return f"{scheme}://***@{rest[at + 1:]}" if at >= 0 else url

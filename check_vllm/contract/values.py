@@ -53,15 +53,18 @@ class Reading(NamedTuple):
 
 #: Failure.models when /v1/models listed a model.
 MODELS_OK = "ok"
+#: Failure.models when /v1/models answered without a model list (4xx, a redirect loop, no list): an
+#: answer is proof that the server's HTTP side lives, never silence.
+MODELS_ANSWERED = "answered"
 
 
 class Failure(NamedTuple):
     """/metrics gave no reading (or is not to be read, in proxy mode). `kind` is the verdict word it leads to."""
 
-    kind: str  # vocab.DOWN | UNREACHABLE | UNRESPONSIVE | NO_METRICS | PROXY
+    kind: str  # vocab.DOWN | UNREACHABLE | UNRESPONSIVE | NO_METRICS | PROXY | PROTOCOL
     detail: str
-    #: How /v1/models fared when it was asked (no metrics, proxy): MODELS_OK, or DOWN / UNREACHABLE /
-    #: UNRESPONSIVE as for /metrics; None when it was not asked.
+    #: How /v1/models fared when it was asked (no metrics, proxy): MODELS_OK, MODELS_ANSWERED, or DOWN /
+    #: UNREACHABLE / UNRESPONSIVE / PROTOCOL as for /metrics; None when it was not asked.
     models: str | None = None
     model: str | None = None
 

@@ -29,6 +29,9 @@ PROXY = "proxy"
 STARTING = "starting"
 #: The monitoring side cannot reach the server (DNS, TLS): a restart cannot fix it, so it is UNKNOWN.
 UNREACHABLE = "unreachable"
+#: The peer at the URL does not speak HTTP (an https port behind an http:// URL, a header past the client's
+#: limit): an instant answer, not a busy event loop, so not restartable; UNKNOWN like unreachable.
+PROTOCOL = "protocol"
 #: /metrics comes from more than one server process in turn: the URL is a load balancer.
 BALANCER = "balancer"
 
@@ -57,14 +60,19 @@ VERDICTS = (
                                   "serving)"),
     Word(UNRESPONSIVE, (WARNING, CRITICAL), True, "/metrics timed out or answered 5xx; CRITICAL once it lasts as "
                                                   "long as stuck needs"),
-    Word(NO_METRICS, (WARNING, CRITICAL), False, "no usable /metrics; /v1/models answers (CRITICAL if it does not)"),
-    Word(PROXY, (OK, CRITICAL), False, "--proxy: /v1/models only (the handler restarts on it only with --proxy)"),
+    Word(NO_METRICS, (WARNING, CRITICAL), False, "no usable /metrics; /v1/models answers, even 4xx (CRITICAL if "
+                                                 "refused or silent)"),
+    Word(PROXY, (OK, WARNING, CRITICAL), False, "--proxy: /v1/models only; WARNING when it answers 4xx or loops "
+                                                "redirects (the handler restarts on it only with --proxy)"),
     Word(STARTING, (WARNING,), False, "not serving yet, and its process younger than --start-grace "
                                       "(whoever started it)"),
     Word(UNREACHABLE, (UNKNOWN,), False, "DNS lookup or TLS handshake failed: the monitoring side cannot reach it "
                                          "(resolver, CA bundle, certificate, scheme); never restarted"),
     Word(BALANCER, (WARNING,), False, "/metrics comes from more than one server process in turn: the URL is a "
                                       "load balancer (use --proxy)"),
+    Word(PROTOCOL, (UNKNOWN,), False, "the peer does not speak HTTP (an https port behind an http:// URL, a header "
+                                      "past the client's limit): an instant answer, not a busy server; never "
+                                      "restarted"),
 )
 BY_WORD = {w.word: w for w in VERDICTS}
 #: Every word a verdict can start with; Netdata charts one dimension per word.

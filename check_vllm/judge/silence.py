@@ -4,17 +4,30 @@ What a restart can fix is CRITICAL at once only when nothing listens (connection
 its own API server calls dead). A server that did not answer (a time-out, a 5xx, on /metrics or,
 with --proxy, on /v1/models) earns a streak that must be proven like every stuck (check_vllm.judge.proof);
 one that answered slowly within the run's budget gave a reading and never gets here. What the
-monitoring side cannot reach (DNS, TLS) is UNKNOWN: restarting the server cannot mend it.
+monitoring side cannot reach (DNS, TLS) or could not send is UNKNOWN: restarting the server cannot
+mend it; so is a peer that does not speak HTTP (an https port, a header past the client's limit). An
+answer is never silence: /v1/models answering 4xx or looping redirects is WARNING at most.
 """
 
 from __future__ import annotations
 
-from check_vllm.contract.values import MODELS_OK, Failure, Instant, Memory, ServerProcess, Starts, Verdict, Witness
+from check_vllm.contract.values import (
+    MODELS_ANSWERED,
+    MODELS_OK,
+    Failure,
+    Instant,
+    Memory,
+    ServerProcess,
+    Starts,
+    Verdict,
+    Witness,
+)
 from check_vllm.contract.vocab import (
     CRITICAL,
     DOWN,
     NO_METRICS,
     OK,
+    PROTOCOL,
     PROXY,
     STARTING,
     UNKNOWN,
@@ -93,9 +106,13 @@ def assess_failure(memory: Memory, failure: Failure, settings: Settings, now: In
         memory = memory._replace(unresponsive=None)
     if kind == UNREACHABLE or failure.models == UNREACHABLE:
         return finish(memory, UNREACHABLE, UNKNOWN, wording.unreachable(detail), None, now)
+    if kind == PROTOCOL or failure.models == PROTOCOL:
+        return finish(memory, PROTOCOL, UNKNOWN, wording.not_http(detail), None, now)
     if kind == PROXY:
         if failure.models == MODELS_OK:
             return finish(memory, PROXY, OK, wording.models(failure.model), None, now)
+        if failure.models == MODELS_ANSWERED:
+            return finish(memory, PROXY, WARNING, detail, None, now)
         if streaking:
             return _silent(memory, PROXY, f"/v1/models failed: {detail}", settings, now)
         return finish(memory, PROXY, CRITICAL, f"/v1/models failed: {detail}", None, now)
@@ -115,6 +132,8 @@ def assess_failure(memory: Memory, failure: Failure, settings: Settings, now: In
     # no metrics: liveness from /v1/models only
     if failure.models == MODELS_OK:
         return finish(memory, NO_METRICS, WARNING, f"{detail}; {wording.models(failure.model)}", None, now)
+    if failure.models == MODELS_ANSWERED:
+        return finish(memory, NO_METRICS, WARNING, detail, None, now)
     if streaking:
         return _silent(memory, NO_METRICS, detail, settings, now)
     if failure.models is None:  # /v1/models was not asked: no proof of anything

@@ -127,6 +127,11 @@ def unreachable(detail: str) -> str:
     return f"{detail}: the monitoring side cannot reach the server; a restart would not help"
 
 
+def not_http(detail: str) -> str:
+    return (f"{detail}: the server does not speak HTTP as asked (an https port behind an http:// URL? a header "
+            "too long?); a restart would not help")
+
+
 def balancer(evidence: str) -> str:
     return (f"/metrics comes from more than one server process in turn (this reading continues {evidence}): "
             "the URL looks like a load balancer; check it with --proxy, and check each backend directly")

@@ -8,7 +8,8 @@ import argparse
 import math
 from collections.abc import Callable
 from typing import Any, NoReturn
-from urllib.parse import urlsplit
+
+from check_vllm.contract.safe_text import without_userinfo
 
 
 class UsageError(Exception):
@@ -34,6 +35,20 @@ def number(kind: Callable[[str], Any], low: float = 0) -> Callable[[str], Any]:
 
 
 def check_url(url: str, option: str = "--url") -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"{option} must look like http://HOST:PORT, not {url!r}")
+    """A URL the HTTP client can use, or a UsageError: parsed by httpx itself, with the checks its
+    client applies (http or https, a host, a port it can connect to). A URL that passed a looser check
+    here failed on every request at once, which read as a server that never answers."""
+    import httpx  # here, not at import: the handler's other paths and --help do not need it
+
+    shown = without_userinfo(url)
+    hint = f"{option} must look like http://HOST:PORT (an IPv6 address in brackets: http://[::1]:8000), not {shown!r}"
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError, TypeError) as err:
+        raise UsageError(f"{hint}: {str(err).replace(url, shown)}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise UsageError(hint)
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        raise UsageError(f"{hint}: port {parsed.port} is out of range")
+    if any(c in parsed.host for c in "%/\\ ") or parsed.host != parsed.host.strip("."):
+        raise UsageError(f"{hint}: {parsed.host!r} is not a host name")

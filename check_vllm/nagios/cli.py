@@ -22,7 +22,7 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 def _wrapped(text: str, indent: int, width: int = 104) -> list[str]:
     import textwrap
 
-    return textwrap.wrap(text, width - indent) or [""]
+    return textwrap.wrap(text, width - indent, break_on_hyphens=False) or [""]
 
 
 def epilog() -> str:
@@ -30,11 +30,13 @@ def epilog() -> str:
     from check_vllm.contract.vocab import PERFDATA, VERDICTS
 
     lines = ["verdicts (first word of the status text):"]
+    states = {w.word: "/".join(CODE_NAMES[c][:4] if len(w.states) > 1 else CODE_NAMES[c] for c in w.states)
+              for w in VERDICTS}
+    column = 2 + 14 + max(len(s) for s in states.values()) + 2
     for w in VERDICTS:
-        state = "/".join(CODE_NAMES[c][:4] if len(w.states) > 1 else CODE_NAMES[c] for c in w.states)
-        text = _wrapped(w.meaning + ("; restartable when CRITICAL" if w.restartable else ""), 26)
-        lines.append(f"  {w.word:<13} {state:<10}{text[0]}")
-        lines += [" " * 26 + more for more in text[1:]]
+        text = _wrapped(w.meaning + ("; restartable when CRITICAL" if w.restartable else ""), column)
+        lines.append(f"  {w.word:<13} {states[w.word]:<{column - 16}}{text[0]}")
+        lines += [" " * column + more for more in text[1:]]
     lines += ["", "perfdata:"]
     lines += [f"  {p.label:<25} {p.what:<21} {p.source}" for p in PERFDATA]
     lines += ["", "exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad usage, --help, --version, the -t timeout).",
@@ -53,7 +55,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("-u", "--url", default=DEFAULT_URL, help="vLLM server base URL (default: %(default)s)")
     c.add_argument("--proxy", action="store_true",
                    help="the URL is a load balancer: read only /v1/models (each /metrics read could hit another backend)")
-    c.add_argument("--api-key-file", metavar="FILE", help="file holding the API key (else $VLLM_API_KEY)")
+    c.add_argument("--api-key-file", metavar="FILE", help="file holding the API key on its first line (else $VLLM_API_KEY); a leading UTF-8 "
+                        "BOM and surrounding white space are ignored")
     c.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify an https URL")
     c.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
     h = p.add_argument_group("server process (on the vLLM host; default: the vLLM API server process whose "
@@ -138,16 +141,26 @@ def _check_ca_file(path: str) -> None:
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
+    """The key, checked at start: one that cannot go in an HTTP header fails inside the client before
+    anything is sent, which must never read as a server that does not answer. A key file's leading
+    UTF-8 BOM (Notepad writes one) and surrounding white space are not part of the key."""
+    from check_vllm.server.fetch import unsendable
+
     if args.api_key_file:
         try:
-            with open(args.api_key_file, encoding="utf-8") as fh:
+            with open(args.api_key_file, encoding="utf-8-sig") as fh:
                 key = fh.readline().strip()
         except (OSError, UnicodeDecodeError) as err:
             raise UsageError(f"cannot read --api-key-file: {getattr(err, 'strerror', None) or err}") from None
         if not key:
             raise UsageError("--api-key-file is empty")
-        return key
-    return os.environ.get("VLLM_API_KEY") or None
+        source = f"--api-key-file {args.api_key_file}"
+    else:
+        key, source = os.environ.get("VLLM_API_KEY") or "", "$VLLM_API_KEY"
+    problem = unsendable(key)
+    if problem:
+        raise UsageError(f"the API key in {source} cannot be sent: {problem}")
+    return key or None
 
 
 def _unknown(message: str) -> NoReturn:
@@ -158,6 +171,11 @@ def _unknown(message: str) -> NoReturn:
 def main(argv: list[str] | None = None) -> NoReturn:
     started = time.monotonic()
     statusline.prepare()  # LC_ALL=C or PYTHONIOENCODING=ascii: a model id in another script must not crash the output
+    # httpcore imports trio (when installed) and anyio for async support this one-shot, synchronous
+    # process never uses: ~50 ms, a third of a whole run. Mark them absent before the URL
+    # check imports httpx, unless already loaded.
+    for name in ("trio", "anyio"):
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     try:
         args = parser().parse_args(argv)
         _validate(args)
@@ -166,10 +184,6 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except SystemExit:
         sys.exit(UNKNOWN)  # --help and --version printed; the plugin API wants UNKNOWN for both
 
-    # httpcore imports trio (when installed) and anyio for async support this one-shot, synchronous
-    # process never uses: ~50 ms, a third of a whole run. Mark them absent here, unless already loaded.
-    for name in ("trio", "anyio"):
-        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     from check_vllm.contract.vocab import LOCK_TIMEOUT, Options, Settings
     from check_vllm.memory.statefile import default_dir
     from check_vllm.nagios.plugin import Run, build

@@ -13,6 +13,8 @@ import sys
 import threading
 from types import FrameType
 
+from check_vllm.contract.safe_text import without_userinfo
+
 from . import collector
 from .config import config_path, load_file
 
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    collector.log(f"{len(jobs)} job(s): {', '.join(f'{j.name} ({j.url}, every {j.update_every} s)' for j in jobs)}")
+    collector.log(f"{len(jobs)} job(s): {', '.join(f'{j.name} ({without_userinfo(j.url)}, every {j.update_every} s)' for j in jobs)}")
     collector.start(jobs, collector.Output(sys.stdout), stop)
     while not stop.wait(1.0):
         pass

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from check_vllm.contract.safe_text import without_userinfo
 from check_vllm.contract.values import Reading, Verdict
 from check_vllm.contract.vocab import WORDS
 
@@ -100,7 +101,7 @@ def define(job: Job, update_every: int, engines: tuple[str, ...] = (), model: st
             f"CHART {job.chart_type}.{chart.id} '' {_q(chart.title)} {_q(chart.units)} {_q(chart.family)} "
             f"'vllm.{chart.id}' {chart.kind} {PRIORITY + n} {update_every} '' {PLUGIN} {MODULE}")
         out.append(f"CLABEL 'job' {_q(job.name)} 1")
-        out.append(f"CLABEL 'url' {_q(job.url)} 1")
+        out.append(f"CLABEL 'url' {_q(without_userinfo(job.url))} 1")
         out.append(f"CLABEL 'model' {_q(model or job.model or 'unknown')} 1")
         out.append("CLABEL_COMMIT")
         dims = list(chart.dims) + (_engine_dims(chart, engines) if chart.per_engine else [])

@@ -104,7 +104,7 @@ def parse_job(section: str, sec: configparser.SectionProxy, plugin_every: int) -
     key_file = (sec.get("api_key_file") or "").strip()
     if key_file:
         try:
-            api_key = Path(key_file).read_text(encoding="utf-8").strip() or None
+            api_key = Path(key_file).read_text(encoding="utf-8-sig").strip() or None
         except OSError as err:
             raise ConfigError(f"api_key_file {key_file}: {err.strerror or err}") from None
     every = int(_number(sec, "update_every", plugin_every, 1, 3600))

@@ -24,6 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
+from check_vllm.contract.safe_text import without_userinfo
 from check_vllm.contract.values import Remembered
 from check_vllm.memory import codec as memory
 from check_vllm.memory.statefile import (
@@ -72,7 +73,7 @@ def run_command(argv: list[str], timeout: float) -> tuple[int | None, str]:
 
 class Logger:
     def __init__(self, url: str, log_file: str | None) -> None:
-        self.url = url.rstrip("/")
+        self.url = without_userinfo(url.rstrip("/"))  # the log and the scheduler show it: never a password
         self.log_file = log_file
 
     def __call__(self, decision: str, why: str, event: Event | None = None) -> None:

@@ -22,6 +22,7 @@ from check_vllm.contract.values import (
     ANSWERED,
     CUT_SHORT,
     ENGINE_DEAD,
+    MODELS_ANSWERED,
     MODELS_OK,
     NO_ANSWER,
     REFUSED,
@@ -30,7 +31,7 @@ from check_vllm.contract.values import (
     ProbeOutcome,
     Reading,
 )
-from check_vllm.contract.vocab import DOWN, NO_METRICS, UNREACHABLE, UNRESPONSIVE
+from check_vllm.contract.vocab import DOWN, NO_METRICS, PROTOCOL, UNREACHABLE, UNRESPONSIVE
 from check_vllm.server import reading
 from check_vllm.server.fetch import Endpoint, FetchError, request
 from check_vllm.server.reading import NotMetrics, parse
@@ -41,8 +42,9 @@ ENGINE_DEAD_SIGNS = ("EngineCore encountered an issue", "EngineDeadError", "Engi
 
 
 def _unreached(err: FetchError) -> str | None:
-    """The verdict word for a request that reached no server: nothing listens, or we cannot get there."""
-    return {"down": DOWN, "unreachable": UNREACHABLE}.get(err.kind)
+    """The verdict word for a request that reached no server: nothing listens, we cannot get there, or this
+    host could not send it (never the server's silence); or one whose peer does not speak HTTP."""
+    return {"down": DOWN, "unreachable": UNREACHABLE, "client": UNREACHABLE, "not http": PROTOCOL}.get(err.kind)
 
 
 #: The whole page.
@@ -88,7 +90,7 @@ def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float) -
         detail = err.detail.replace(path, WHOLE)
         unreached = _unreached(err)
         if unreached:
-            return Failure(unreached, f"{detail} ({endpoint.url})"), False, False
+            return Failure(unreached, f"{detail} ({endpoint.shown})"), False, False
         if err.kind == "timeout":
             return Failure(UNRESPONSIVE, detail), False, False
         if err.kind in ("too large", "redirect", "encoding"):  # the page is not where we were told: no metrics
@@ -116,7 +118,7 @@ def first_model(client: httpx.Client, endpoint: Endpoint, timeout: float) -> str
     try:
         model = doc["data"][0]["id"]
     except (TypeError, KeyError, IndexError):
-        raise FetchError("protocol", "/v1/models did not list any model") from None
+        raise FetchError("no models", "/v1/models did not list any model") from None
     return clean(str(model), 200) if isinstance(model, (str, int)) else None
 
 
@@ -126,7 +128,11 @@ def liveness(client: httpx.Client, endpoint: Endpoint, kind: str, detail: str, t
         model = first_model(client, endpoint, timeout)
     except FetchError as err:
         unreached = _unreached(err)
-        why = f"{err.detail} ({endpoint.url})" if unreached else err.detail
+        why = f"{err.detail} ({endpoint.shown})" if unreached else err.detail
+        answered = err.kind in ("redirect", "no models", "too large", "encoding") or (
+            err.kind == "status" and err.status is not None and err.status < 500)
+        if answered:
+            return Failure(kind, f"{detail}; {why}" if detail else why, models=MODELS_ANSWERED)
         return Failure(kind, f"{detail}; /v1/models failed too: {why}" if detail else why,
                        models=unreached or UNRESPONSIVE)
     return Failure(kind, detail, models=MODELS_OK, model=model)
@@ -142,7 +148,9 @@ def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: floa
         resp = request(client, endpoint, "POST", "/v1/completions", timeout, body=body, auth=True)
     except FetchError as err:
         # nothing listens: down; unreachable from here (DNS, TLS) right after /metrics answered: proves nothing
-        kind = {"down": REFUSED, "unreachable": REJECTED}.get(err.kind, NO_ANSWER if full else CUT_SHORT)
+        # a request this host could not send, or a peer that does not speak HTTP: proves nothing either
+        kind = {"down": REFUSED, "unreachable": REJECTED, "client": REJECTED, "not http": REJECTED}.get(
+            err.kind, NO_ANSWER if full else CUT_SHORT)
         return ProbeOutcome(kind, timeout, err.detail)
     if resp.status != 200:
         said = endpoint.redact(_error_text(resp.json()))

@@ -2,24 +2,29 @@
 
 Every failure becomes a FetchError whose `kind` the verdict understands ("down" for a server
 where nothing listens, "unreachable" when the monitoring side cannot get to it at all (DNS, TLS),
-"timeout" and "protocol" for one that does not answer properly) and whose message an operator can
-act on. What a detail quotes from the server or the network is cleaned and capped. Nothing here
+"client" for a request this host could not send (a header httpx cannot encode): never the server's
+silence, "not http" for a peer that answers with something that is not HTTP (a TLS port, a header
+past h11's limit), "timeout" and "protocol" for one that does not answer properly) and whose message
+an operator can act on. What a detail quotes from the server or the network is cleaned and capped. Nothing here
 raises anything else.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import ssl
+import threading
 import time
+import unicodedata
 import zlib
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import httpx
 
-from check_vllm.contract.safe_text import clean
+from check_vllm.contract.safe_text import clean, without_userinfo
 
 DEFAULT_MAX_BYTES = 8 << 20  # a real /metrics page is ~55 KB; 8 data-parallel engines ~0.5 MB
 
@@ -27,7 +32,8 @@ DEFAULT_MAX_BYTES = 8 << 20  # a real /metrics page is ~55 KB; 8 data-parallel e
 class FetchError(Exception):
     def __init__(self, kind: str, detail: str, status: int | None = None) -> None:
         super().__init__(detail)
-        # "down" | "unreachable" | "timeout" | "protocol" | "status" | "too large" | "redirect" | "encoding"
+        # "down" | "unreachable" | "client" | "not http" | "timeout" | "protocol" | "status" | "too large"
+        # | "redirect" | "encoding"
         self.kind = kind
         self.detail = detail
         self.status = status
@@ -61,8 +67,14 @@ class Endpoint(NamedTuple):
     connect_timeout: float = 5.0
     max_bytes: int = DEFAULT_MAX_BYTES
 
+    @property
+    def shown(self) -> str:
+        """The URL as any text may show it: without user:password, which every Icinga user could read."""
+        return without_userinfo(self.url)
+
     def redact(self, text: str) -> str:
         """Server-written text with our API key blanked out: some servers echo the key they rejected."""
+        text = text.replace(self.url, self.shown) if self.shown != self.url else text
         return text.replace(self.api_key, "***") if self.api_key else text
 
     def client(self) -> httpx.Client:
@@ -79,6 +91,18 @@ class Endpoint(NamedTuple):
             verify=verify, trust_env=False, follow_redirects=True, max_redirects=3,
             headers={"User-Agent": "check_vllm", "Accept-Encoding": "gzip, identity"},
         )
+
+
+def unsendable(value: str) -> str | None:
+    """Why `value` cannot go in an HTTP header as httpx and h11 send one (ASCII only, no control
+    characters, no white space at either end), or None. Names a position, never the value."""
+    for at, char in enumerate(value, 1):
+        if not (" " <= char <= "~" or char == "\t"):
+            name = unicodedata.name(char, "a control character") if char >= " " else "a control character"
+            return f"character {at} is U+{ord(char):04X} ({name.lower()}), which an HTTP header cannot carry"
+    if value != value.strip(" \t"):
+        return "it begins or ends with white space, which an HTTP header cannot carry"
+    return None
 
 
 def _why_connect_failed(err: Exception) -> tuple[str, str]:
@@ -134,11 +158,56 @@ def _decoded(resp: httpx.Response, where: str, cap: int) -> Iterator[bytes]:
                                      f"({received} bytes, the {encoding} stream is cut short)", resp.status_code)
 
 
+#: Seconds past a request's deadline before its watchdog cuts it; well within the second the check's
+#: run keeps between its last request and its own alarm.
+WATCHDOG_GRACE = 0.25
+
+
+class _Watchdog:
+    """Ends an exchange at its deadline. httpx's read timeout restarts with every chunk, so a server that
+    drips its answer (headers or body) outlasts any timeout and the run's own alarm fires first, leaving no
+    verdict and no streak. At the deadline a timer thread shuts the connection down: the blocked read
+    returns at once and the exchange reads as the time-out it is."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline, self.fired, self.answered = deadline, False, False
+        self._fd: int | None = None
+        # a little after the deadline: where httpx's own read timeout applies, its clearer message wins
+        self._timer = threading.Timer(max(deadline - time.monotonic(), 0.0) + WATCHDOG_GRACE, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpcore's trace extension: a new connection's socket, as soon as it exists."""
+        if event == "connection.connect_tcp.complete":
+            self.watch(info.get("return_value"))
+
+    def watch(self, stream: Any) -> None:
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            self._fd = sock.fileno()
+            if self.fired:
+                self._fire()
+
+    def _fire(self) -> None:
+        self.fired = True
+        if self._fd is None or self._fd < 0:
+            return
+        try:  # on a duplicate: the TLS object of the reading thread is left alone, the connection is not
+            with socket.socket(fileno=os.dup(self._fd)) as dup:
+                dup.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
 def request(
     client: httpx.Client, endpoint: Endpoint, method: str, path: str, timeout: float,
     body: dict[str, Any] | None = None, auth: bool = False,
 ) -> Response:
-    """One request with a deadline for the whole exchange, body included, and a size cap."""
+    """One request with a deadline for the whole exchange, headers and body included, and a size cap."""
     url = endpoint.url.rstrip("/") + path
     headers = {}
     if auth and endpoint.api_key:
@@ -148,40 +217,90 @@ def request(
         headers["Content-Type"] = "application/json"
     limits = httpx.Timeout(timeout, connect=min(endpoint.connect_timeout, timeout))
     started = time.monotonic()
-    deadline = started + timeout
     where = f"{method} {path}"
+    watch = _Watchdog(started + timeout)
     try:
-        with client.stream(method, url, headers=headers, content=content, timeout=limits) as resp:
-            chunks, size = [], 0
-            for chunk in _decoded(resp, where, endpoint.max_bytes):
-                size += len(chunk)
-                if size > endpoint.max_bytes:
-                    raise FetchError("too large", f"{where} sent more than {endpoint.max_bytes // 1024} KiB; stopped reading",
-                                     resp.status_code)
-                chunks.append(chunk)
-                if time.monotonic() > deadline:
-                    raise FetchError("timeout", f"{where} body still arriving after {timeout:.1f} s", resp.status_code)
-            data = b"".join(chunks)
-            sent = len(content or b"") + len(method) + len(path) + 100
-            return Response(resp.status_code, data, resp.headers.get("content-type", ""),
-                            time.monotonic() - started, sent, len(resp.history))
+        try:
+            req = client.build_request(method, url, headers=headers, content=content, timeout=limits,
+                                       extensions={"trace": watch.trace})
+        except Exception as err:  # noqa: BLE001 - nothing left this host: the monitoring side's fault
+            raise FetchError("client", _unsent(where, endpoint, err)) from None
+        resp = client.send(req, stream=True)
+        try:
+            watch.answered = True
+            watch.watch(resp.extensions.get("network_stream"))
+            data = _body(resp, endpoint, where, timeout, watch.deadline)
+        finally:
+            resp.close()
+        sent = len(content or b"") + len(method) + len(path) + 100
+        return Response(resp.status_code, data, resp.headers.get("content-type", ""),
+                        time.monotonic() - started, sent, len(resp.history))
     except FetchError:
         raise
-    except httpx.ConnectTimeout:
-        raise FetchError("timeout", f"{where}: no connection within {min(endpoint.connect_timeout, timeout):.1f} s") from None
-    except httpx.ConnectError as err:
-        raise FetchError(*_why_connect_failed(err)) from None
-    except httpx.TimeoutException:
-        raise FetchError("timeout", f"{where} timed out after {timeout:.1f} s") from None
-    except httpx.TooManyRedirects:
-        raise FetchError("redirect", f"{where}: too many redirects") from None
-    except httpx.DecodingError:
-        raise FetchError("protocol", f"{where} sent an undecodable body") from None
-    except httpx.UnsupportedProtocol as err:  # the URL was checked: only a redirect gets here
-        raise FetchError("redirect", f"{where}: redirected off http(s): {clean(str(err), 160)}") from None
-    except (httpx.HTTPError, httpx.InvalidURL, ssl.SSLError, OSError, ValueError) as err:
-        detail = str(err) or err.__class__.__name__
-        if "refused" in detail.lower():
-            raise FetchError("down", "connection refused") from None
-        raise FetchError("protocol", f"{where}: {clean(detail, 200)}") from None
+    except Exception as err:  # noqa: BLE001 - every failure becomes a FetchError; nothing else is raised
+        raise _failed(err, where, endpoint, timeout, watch) from None
+    finally:
+        watch.cancel()
 
+
+def _body(resp: httpx.Response, endpoint: Endpoint, where: str, timeout: float, deadline: float) -> bytes:
+    chunks, size = [], 0
+    for chunk in _decoded(resp, where, endpoint.max_bytes):
+        size += len(chunk)
+        if size > endpoint.max_bytes:
+            raise FetchError("too large", f"{where} sent more than {endpoint.max_bytes // 1024} KiB; stopped reading",
+                             resp.status_code)
+        chunks.append(chunk)
+        if time.monotonic() > deadline:
+            raise FetchError("timeout", f"{where} body still arriving after {timeout:.1f} s", resp.status_code)
+    return b"".join(chunks)
+
+
+def _unsent(where: str, endpoint: Endpoint, err: Exception) -> str:
+    """A request this host could not send: say why, without the header value that could not go."""
+    if isinstance(err, UnicodeEncodeError):
+        why = f"a header holds {unicodedata.name(err.object[err.start], 'a character')} (U+{ord(err.object[err.start]):04X}), not ASCII"
+    else:
+        why = clean(endpoint.redact(str(err) or err.__class__.__name__), 160)
+    return f"{where} could not be sent from here ({why}); nothing reached the server"
+
+
+def _failed(err: Exception, where: str, endpoint: Endpoint, timeout: float, watch: _Watchdog) -> FetchError:
+    """The FetchError for an exchange that raised."""
+    if isinstance(err, httpx.ConnectTimeout):
+        return FetchError("timeout", f"{where}: no connection within {min(endpoint.connect_timeout, timeout):.1f} s")
+    if isinstance(err, httpx.TimeoutException):
+        return FetchError("timeout", f"{where} timed out after {timeout:.1f} s")
+    if watch.fired:  # the watchdog cut a read that kept being fed
+        what = "body still arriving" if watch.answered else "timed out"
+        return FetchError("timeout", f"{where} {what} after {timeout:.1f} s")
+    if isinstance(err, httpx.ConnectError):
+        return FetchError(*_why_connect_failed(err))
+    if isinstance(err, httpx.TooManyRedirects):
+        return FetchError("redirect", f"{where}: too many redirects")
+    if isinstance(err, httpx.DecodingError):
+        return FetchError("protocol", f"{where} sent an undecodable body")
+    if isinstance(err, httpx.UnsupportedProtocol):  # the URL was checked: only a redirect gets here
+        return FetchError("redirect", f"{where}: redirected off http(s): {clean(str(err), 160)}")
+    if isinstance(err, (httpx.LocalProtocolError, UnicodeEncodeError)):  # h11 refused to send what we built
+        return FetchError("client", _unsent(where, endpoint, err))
+    detail = str(err) or err.__class__.__name__
+    if isinstance(err, httpx.RemoteProtocolError) and "location header" in detail.lower():
+        return FetchError("redirect", f"{where}: {clean(detail, 200)}")
+    if isinstance(err, httpx.RemoteProtocolError) and not any(
+            sign in detail.lower() for sign in ("disconnected", "peer closed")):
+        return FetchError("not http", f"{where}: the answer is not HTTP ({clean(detail, 120)})")
+    if not watch.answered and (_reset(err) or "reset by peer" in detail.lower()):
+        return FetchError("not http", f"{where}: connection reset at once, no HTTP answer")
+    if "refused" in detail.lower():
+        return FetchError("down", "connection refused")
+    return FetchError("protocol", f"{where}: {clean(detail, 200)}")
+
+
+def _reset(err: BaseException) -> bool:
+    chain: BaseException | None = err
+    while chain is not None:
+        if isinstance(chain, ConnectionResetError):
+            return True
+        chain = chain.__cause__ or chain.__context__
+    return False

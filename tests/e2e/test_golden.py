@@ -227,6 +227,10 @@ CASES = [
          "kv_cache_usage=U;;;0;100 prompt_tokens_per_second=U;;;0 running=U;;;0 stalled_seconds=0s;;;0 "
          "steps_per_second=U;;;0 tokens_per_second=U;;;0 waiting=U;;;0",
          sim={"slow_seconds": 20}),
+    # A peer that does not speak HTTP answers at once: not a busy event loop, never restartable (issue 22).
+    Case("protocol-not-http", "not_http", (), 3,
+         "VLLM UNKNOWN - protocol: GET /metrics: connection reset at once, no HTTP answer ({url}): the server does not speak HTTP as asked (an https port behind "
+         "an http:// URL? a header too long?); a restart would not help | " + _NO_READING),
     Case("no-metrics-404", "no_metrics", (), WARNING,
          "VLLM WARNING - no metrics: /metrics answered HTTP 404; /v1/models lists tiny-llama | " + _NO_READING),
     Case("no-metrics-html", "html", (), WARNING,
