@@ -1,6 +1,6 @@
-"""Regenerate the README's usage block from `check_vllm --help`, so the two never drift.
+"""Regenerate the usage block of docs/usage.md from `check_vllm --help`, so the two never drift.
 
-Run `python tools/update_readme.py`; tests/unit/test_readme.py fails when the README is stale.
+Run `python tools/update_readme.py`; tests/unit/test_readme.py fails when docs/usage.md is stale.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import io
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+USAGE = Path(__file__).resolve().parent.parent / "docs" / "usage.md"
 START, END = "<!-- usage:start -->", "<!-- usage:end -->"
 
 
@@ -34,9 +34,9 @@ def render(text: str) -> str:
 
 
 if __name__ == "__main__":
-    text = README.read_text()
+    text = USAGE.read_text()
     new = render(text)
     if new != text:
-        README.write_text(new)
-        print("README.md usage updated")
+        USAGE.write_text(new)
+        print("docs/usage.md usage updated")
     sys.exit(0)
