@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install (once) what tools/netdata_screenshot.py needs besides Netdata (.ci/netdata-deps.sh):
 # Debian's headless-capable Chromium, which renders the dashboard page to docs/netdata-frozen-engine.png.
-# Not part of CI: the screenshot is a figure for the README, not a test. Idempotent: when chromium is
+# Not part of CI: the screenshot is a figure for docs/netdata.md, not a test. Idempotent: when chromium is
 # present it only says so.
 #
 #   bash .ci/screenshot-deps.sh && python tools/netdata_screenshot.py

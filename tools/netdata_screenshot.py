@@ -3,8 +3,8 @@
 
     bash .ci/screenshot-deps.sh && python tools/netdata_screenshot.py
 
-`python`: one with check_vllm installed (`pip install -e .`, or .tox/py3/bin/python). A figure for the
-README, not a test (not run by CI or tox). It installs nothing: without Debian's netdata or chromium, or
+`python`: one with check_vllm installed (`pip install -e .`, or .tox/py3/bin/python). A figure for
+docs/netdata.md, not a test (not run by CI or tox). It installs nothing: without Debian's netdata or chromium, or
 check_vllm's dependencies, it says what to run and exits 2. What it does, all on 127.0.0.1:
 
 1. starts the vLLM simulator (vllm_simulator, scenario "busy": 2 running, 3 waiting, tokens moving);

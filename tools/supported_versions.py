@@ -1,5 +1,5 @@
-"""Regenerate the README's "Supported vLLM versions" block from what the release matrix recorded, so the two
-never drift:
+"""Regenerate the "Supported vLLM versions" block of docs/versions.md from what the release matrix recorded,
+so the two never drift:
 
 - the real /metrics pages in tests/fixtures/real/<release>/ (tests/real_vllm_matrix/record.py; 0.32.0's are
   tests/fixtures/real/*.txt, tests/real_vllm/record_fixtures.py): which metric names each release uses, and
@@ -7,9 +7,9 @@ never drift:
 - tests/fixtures/real/matrix.json (written by `tox -e real-vllm-matrix`): which releases passed which
   scenarios against a real server.
 
-    python tools/supported_versions.py     # rewrites README.md between the versions markers
+    python tools/supported_versions.py     # rewrites docs/versions.md between the versions markers
 
-tests/unit/test_versions_table.py fails when the README is stale. Timings in matrix.json are not shown (they
+tests/unit/test_versions_table.py fails when docs/versions.md is stale. Timings in matrix.json are not shown (they
 change on every run); only results and names are.
 """
 
@@ -22,7 +22,7 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+VERSIONS = ROOT / "docs" / "versions.md"
 REAL = ROOT / "tests" / "fixtures" / "real"
 MATRIX = REAL / "matrix.json"
 VLLM_ENV = ROOT / ".ci" / "vllm-env.sh"
@@ -187,15 +187,15 @@ def _wrap(paragraph: str) -> str:
 def render(text: str) -> str:
     m = BEGIN.search(text)
     if not m or END not in text[m.end():]:
-        raise SystemExit("README.md has no versions:begin / versions:end markers")
+        raise SystemExit("docs/versions.md has no versions:begin / versions:end markers")
     tail = text[m.end():].split(END, 1)[1]
     return f"{text[:m.end()]}{render_block()}{END}{tail}"
 
 
 if __name__ == "__main__":
-    text = README.read_text()
+    text = VERSIONS.read_text()
     new = render(text)
     if new != text:
-        README.write_text(new)
-        print("README.md supported versions updated")
+        VERSIONS.write_text(new)
+        print("docs/versions.md supported versions updated")
     sys.exit(0)

@@ -52,12 +52,13 @@ VERDICTS = (
     Word(STALLING, (WARNING,), False, "work present, no progress yet, not proven stuck"),
     Word(STUCK, (CRITICAL,), True, "no progress over --stuck-readings comparisons spanning --stuck-seconds, "
                                    "or an idle engine left a 1-token probe unanswered without progress"),
-    Word(IDLE, (OK,), False, "no work; the 1-token probe answered (the only run that sends inference)"),
+    Word(IDLE, (OK, WARNING), False, "no work; the 1-token probe answered (the only run that sends inference); "
+                                     "WARNING when the probe was rejected or cut short by -t"),
     Word(RESTARTED, (OK,), False, "new server process: new baseline, counters of two processes never compared"),
     Word(SLEEPING, (OK,), False, "vllm:engine_sleep_state says asleep"),
     Word(DOWN, (CRITICAL,), True, "connection refused: nothing listens at the URL; or not serving --start-grace "
                                   "after its process started; or a crash loop (processes starting in turn, none "
-                                  "serving)"),
+                                  "serving); or its API server says the engine died"),
     Word(UNRESPONSIVE, (WARNING, CRITICAL), True, "/metrics timed out or answered 5xx; CRITICAL once it lasts as "
                                                   "long as stuck needs"),
     Word(NO_METRICS, (WARNING, CRITICAL), False, "no usable /metrics; /v1/models answers, even 4xx (CRITICAL if "

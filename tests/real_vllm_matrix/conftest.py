@@ -12,7 +12,7 @@ other sessions start vLLM servers too) unless an ancestor process (flock ... tox
 
 At the end the session merges what it ran into tests/fixtures/real/matrix.json (per release: each
 scenario's result and seconds, start-up time, what the scenarios observed), the data behind the
-README's "Supported vLLM versions" table (tools/supported_versions.py).
+"Supported vLLM versions" table of docs/versions.md (tools/supported_versions.py).
 """
 
 from __future__ import annotations
