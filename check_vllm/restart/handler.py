@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -39,7 +37,15 @@ from check_vllm.memory.statefile import (
 )
 from check_vllm.nagios import statusline
 from check_vllm.nagios.args import Parser, UsageError, check_url, number
-from check_vllm.restart.history import HISTORY_KEEP, bring_back, counted_from, history_path, load_history
+from check_vllm.restart.command import run_command
+from check_vllm.restart.history import (
+    HISTORY_KEEP,
+    bring_back,
+    counted_from,
+    history_path,
+    load_history,
+    output_path,
+)
 from check_vllm.restart.policy import HOUR, Decision, Event, Policy, decide, screen
 
 PROG = "check_vllm_restart"
@@ -51,29 +57,6 @@ DEFAULT = Policy()
 #: $SERVICESTATE$ as a name or as the plugin exit code it stands for.
 _STATES = {**{str(code): name for code, name in enumerate(CODE_NAMES)}, **{name: name for name in CODE_NAMES}}
 _TYPES = {"0": "SOFT", "1": "HARD", "SOFT": "SOFT", "HARD": "HARD"}
-
-
-# --------------------------------------------------------------------------- files
-
-
-def run_command(argv: list[str], timeout: float) -> tuple[int | None, str]:
-    """Run the restart command (no shell). Returns (exit code or None on timeout, last output line)."""
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True)
-    except OSError as err:
-        return 127, f"cannot run {argv[0]!r}: {err.strerror}"
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        proc.communicate()
-        return None, f"timed out after {timeout:g} s and was killed"
-    lines = [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
-    return proc.returncode, (lines[-1].strip()[:200] if lines else "")
 
 
 # --------------------------------------------------------------------------- command line
@@ -222,7 +205,7 @@ def _restart(args: argparse.Namespace, event: Event, command: list[str], log: Lo
                           "not restarting without a record", event)
         return 1
     started = time.monotonic()
-    rc, tail = run_command(command, args.command_timeout)
+    rc, tail = run_command(command, args.command_timeout, output_path(state_dir, url))
     took = time.monotonic() - started
     done = clock()
     entry.update(rc=rc, seconds=round(took, 3), done=done)

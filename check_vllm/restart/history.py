@@ -22,6 +22,12 @@ def history_path(state_dir: Path, url: str) -> Path:
     return m.with_name(m.name.replace(".restart.json", ".restart-history.json"))
 
 
+def output_path(state_dir: Path, url: str) -> Path:
+    """What the last restart command wrote (and a server it left running may still be writing)."""
+    m = marker_path(state_dir, url)
+    return m.with_name(m.name.replace(".restart.json", ".restart-output.log"))
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None

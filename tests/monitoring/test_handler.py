@@ -6,6 +6,8 @@ These run in the default tier (no marker): they need no Icinga or Nagios, only t
 from __future__ import annotations
 
 import json
+import os
+import signal
 import stat
 import subprocess
 import sys
@@ -314,3 +316,23 @@ def test_a_verdict_written_while_the_restart_ran_is_about_the_old_process(tmp_pa
     assert at is not None and t0 + 0.7 <= at <= t1
     again = handler(tmp_path, "--cooldown", "0")
     assert "before the last restart" in again.stdout, again.stdout
+
+
+def test_a_command_that_leaves_the_server_running_in_the_background_is_done_when_it_exits(tmp_path):
+    """`nohup vllm serve ... &`: the server inherits the command's stdout. The handler waits for the
+    command's exit, not for that output to close, and never kills what the command left running."""
+    plant_verdict(tmp_path, "down", 2)
+    pid_file = tmp_path / "server.pid"
+    command = ["sh", "-c", f"sleep 300 & echo $! > {pid_file}; echo started the server"]
+    t0 = time.monotonic()
+    out = handler(tmp_path, "--command-timeout", "30", command=command)
+    took = time.monotonic() - t0
+    server = int(pid_file.read_text())
+    try:
+        assert took < 15, f"waited {took:.0f} s for the background server's output to close"
+        assert out.returncode == 0 and ": restarted:" in out.stdout, out.stdout + out.stderr
+        assert read_marker(marker_path(tmp_path / "state", URL)) is not None
+        os.kill(server, 0)  # still running: raises ProcessLookupError if the handler killed it
+        assert Path(f"/proc/{server}/stat").read_text().split()[2] != "Z"
+    finally:
+        os.kill(server, signal.SIGKILL)
