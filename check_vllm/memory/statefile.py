@@ -219,9 +219,35 @@ def parse_json(raw: bytes) -> Any:
     return doc if _shallow(doc) else None
 
 
+#: A temp file of write_json older than this was left by a save that was killed (a save takes milliseconds).
+STALE_TMP = 60.0
+
+
+def _sweep(directory: Path) -> None:
+    """Remove write_json temp files that a save killed mid-way (SIGKILL, power loss) left in `directory`:
+    only regular files of ours (our name pattern, our uid), older than STALE_TMP, so a concurrent save's
+    file is never touched. Best effort: a sweep that fails must not fail the save."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    cutoff = time.time() - STALE_TMP
+    for entry in entries:
+        if not (entry.name.startswith(".tmp-") and entry.name.endswith(".json")):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_mtime < cutoff:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
 def write_json(path: Path, doc: dict[str, Any]) -> None:
-    """Atomically: a 0600 temp file beside `path`, fsync, rename. A planted symlink is replaced, not followed."""
+    """Atomically: a 0600 temp file beside `path`, fsync, rename. A planted symlink is replaced, not followed.
+    Temp files left by an earlier save that was killed are swept first."""
     body = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    _sweep(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

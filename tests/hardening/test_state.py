@@ -251,3 +251,18 @@ def test_state_from_before_a_host_reboot_with_a_stall(check, tmp_path):
         r = check(*args)
         assert (r.code, r.word) == (WARNING, "stalling"), r.out
         assert r.code != CRITICAL
+
+
+def test_temp_files_left_by_a_killed_save_are_swept_by_the_next(check, tmp_path, busy):
+    """A save killed between its temp file and the rename leaves `.tmp-*.json` beside the state: the next
+    save removes the stale ones, and leaves a fresh one (a concurrent save's) alone."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    stale, fresh = state / ".tmp-killed01.json", state / ".tmp-running.json"
+    for f in (stale, fresh):
+        f.write_bytes(b'{"format": "check_vllm-state", "ver')
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    r = check("-u", busy.url, *FAST)
+    assert r.code == OK, r.out
+    assert not stale.exists() and fresh.exists()
