@@ -157,10 +157,14 @@ def handle(args: argparse.Namespace, event: Event, command: list[str], log: Logg
                         what="restart history", fresh="starting afresh")
     try:
         history.lock()
-    except StateError as err:
-        why = f"waited {args.lock_timeout:g} s" if isinstance(err, StateBusy) else str(err)
-        log("no restart", f"another {PROG} call holds the restart lock for this server ({why})", event)
+    except StateBusy:
+        log("no restart", f"another {PROG} call holds the restart lock for this server "
+                          f"(waited {args.lock_timeout:g} s)", event)
         return 0
+    except StateError as err:  # not a concurrent call: a directory it cannot write, which needs a human
+        log("no restart", f"cannot write the state directory {state_dir} ({err}); "
+                          "not restarting without a record", event)
+        return 1
     try:
         data, problem = check_file(state_dir, url, args.proxy).load()
         verdict = memory.from_json(data).last

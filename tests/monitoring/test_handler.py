@@ -336,3 +336,24 @@ def test_a_command_that_leaves_the_server_running_in_the_background_is_done_when
         assert Path(f"/proc/{server}/stat").read_text().split()[2] != "Z"
     finally:
         os.kill(server, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("how", ["parent is a file", "immutable directory"])
+def test_a_state_directory_it_cannot_write_is_said_and_restarts_nothing(tmp_path, how):
+    """Not "another call holds the lock": what is wrong with the directory, and no restart."""
+    plant_verdict(tmp_path, "down", 2)
+    if how == "parent is a file":
+        (tmp_path / "file").write_text("")
+        state_dir = tmp_path / "file" / "state"
+        extra = ["--state-dir", str(state_dir)]  # the later --state-dir wins over handler()'s
+    else:
+        state_dir, extra = tmp_path / "state", []
+        if subprocess.run(["chattr", "+i", str(state_dir)], capture_output=True).returncode:
+            pytest.skip("no chattr +i here")
+    try:
+        out = handler(tmp_path, *extra, "--lock-timeout", "0.3")
+    finally:
+        subprocess.run(["chattr", "-i", str(state_dir)], capture_output=True)
+    assert out.returncode == 1 and restarts(tmp_path) == 0, out.stdout + out.stderr
+    assert f"no restart: cannot write the state directory {state_dir}" in out.stdout
+    assert "holds the restart lock" not in out.stdout and "Traceback" not in out.stderr
