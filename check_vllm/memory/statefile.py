@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import ipaddress
 import json
 import os
 import stat
@@ -17,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from check_vllm.contract.vocab import LOCK_TIMEOUT
 
@@ -48,8 +50,65 @@ def default_dir(env: dict[str, str] | None = None) -> Path:
     return Path(xdg) / "check_vllm"
 
 
+#: Names of this host's loopback interface: a server on it is one server whichever name reaches it.
+LOOPBACK = "loopback"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _host(host: str) -> str:
+    host = host.lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return LOOPBACK
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return LOOPBACK if (mapped or ip).is_loopback else (f"[{ip.compressed}]" if ip.version == 6 else str(ip))
+
+
+def _path(path: str) -> str:
+    """Dot segments resolved, repeated and trailing slashes dropped: /v1/./x/../ is /v1."""
+    out: list[str] = []
+    for seg in path.split("/"):
+        if seg == "..":
+            if out:
+                out.pop()
+        elif seg not in ("", "."):
+            out.append(seg)
+    return "".join("/" + seg for seg in out)
+
+
+def canonical_url(url: str) -> str:
+    """One spelling per server, for everything keyed by it (state, lock, marker, restart history).
+
+    The same server: scheme and host in any case; the default port (80/443) given or not; dot segments
+    and trailing slashes in the path; userinfo and fragment (never part of where the server is). Every
+    loopback name of this host (localhost, *.localhost, 127.0.0.0/8, ::1, ::ffff:127.x) is one server:
+    a port on this host is served by one process, however it is reached. Anything else is another
+    server (another name, another port, another path prefix)."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or _DEFAULT_PORTS.get(scheme)
+    except ValueError:  # not a port: keep what was written, still one key per spelling
+        return f"{scheme}://{parts.netloc.lower()}{_path(parts.path)}"
+    host = _host(parts.hostname or "")
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{scheme}://{host}{f':{port}' if port else ''}{_path(parts.path)}{query}"
+
+
 def target_key(url: str, mode: str) -> str:
+    return f"{mode} {canonical_url(url)}"
+
+
+def legacy_key(url: str, mode: str) -> str:
+    """The key before canonical_url (1.x): what files written then are named and tagged by."""
     return f"{mode} {url.rstrip('/')}"
+
+
+def _named(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 def _mode(proxy: bool) -> str:
@@ -57,14 +116,15 @@ def _mode(proxy: bool) -> str:
     return "proxy" if proxy else "metrics"
 
 
-def state_path(state_dir: Path, url: str, proxy: bool = False) -> Path:
-    digest = hashlib.sha256(target_key(url, _mode(proxy)).encode()).hexdigest()[:20]
-    return Path(state_dir) / f"vllm-{digest}.json"
+def state_path(state_dir: Path, url: str, proxy: bool = False, legacy: bool = False) -> Path:
+    key = (legacy_key if legacy else target_key)(url, _mode(proxy))
+    return Path(state_dir) / f"vllm-{_named(key)}.json"
 
 
 def check_file(state_dir: Path, url: str, proxy: bool, lock_timeout: float = LOCK_TIMEOUT) -> StateFile:
     """The state file check_vllm keeps for one target (the handler reads the same one)."""
-    return StateFile(state_path(state_dir, url, proxy), target_key(url, _mode(proxy)), lock_timeout)
+    return StateFile(state_path(state_dir, url, proxy), target_key(url, _mode(proxy)), lock_timeout,
+                     legacy=(state_path(state_dir, url, proxy, legacy=True), legacy_key(url, _mode(proxy))))
 
 
 def _open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
@@ -80,8 +140,10 @@ class StateFile:
     """Lock, load and save one target's state. Use as a context manager: the lock spans the run."""
 
     def __init__(self, path: Path, target: str, lock_timeout: float = LOCK_TIMEOUT, what: str = "state file",
-                 fresh: str = "starting a new baseline") -> None:
+                 fresh: str = "starting a new baseline", legacy: tuple[Path, str] | None = None) -> None:
         self.path = Path(path)
+        #: Where and under which key an older version kept this file: read while ours does not exist yet.
+        self.legacy = legacy
         self.target = target
         self.lock_timeout = lock_timeout
         #: How the notes name this file, and what becomes of a file that cannot be used.
@@ -127,6 +189,8 @@ class StateFile:
         try:
             fd = _open_nofollow(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a planted FIFO must not block us
         except FileNotFoundError:
+            if self.legacy and Path(self.legacy[0]) != self.path:
+                return StateFile(self.legacy[0], self.legacy[1], what=what, fresh=fresh).load()
             return {}, None
         except (OSError, StateError) as err:
             return {}, f"{what} unreadable ({getattr(err, 'strerror', None) or err})"
@@ -264,10 +328,10 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
         raise
 
 
-def marker_path(state_dir: Path, url: str) -> Path:
+def marker_path(state_dir: Path, url: str, legacy: bool = False) -> Path:
     """Where the restart handler notes that it restarted this server (read by the check)."""
-    digest = hashlib.sha256(target_key(url, "restart").encode()).hexdigest()[:20]
-    return Path(state_dir) / f"vllm-{digest}.restart.json"
+    key = (legacy_key if legacy else target_key)(url, "restart")
+    return Path(state_dir) / f"vllm-{_named(key)}.restart.json"
 
 
 def load_marker(path: Path) -> tuple[float | None, str | None]:

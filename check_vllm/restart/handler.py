@@ -31,6 +31,7 @@ from check_vllm.memory.statefile import (
     StateFile,
     check_file,
     default_dir,
+    legacy_key,
     marker_path,
     target_key,
     write_json,
@@ -153,8 +154,11 @@ def handle(args: argparse.Namespace, event: Event, command: list[str], log: Logg
     if early is not None:
         log("no restart", early.why, event)
         return 0
+    # Keyed by the server, not by the spelling of its URL; a history kept under the spelling (before
+    # 2.x) is read until the first save, so no cooldown or breaker is lost in the change.
     history = StateFile(history_path(state_dir, url), target_key(url, "restart-history"), args.lock_timeout,
-                        what="restart history", fresh="starting afresh")
+                        what="restart history", fresh="starting afresh",
+                        legacy=(history_path(state_dir, url, legacy=True), legacy_key(url, "restart-history")))
     try:
         history.lock()
     except StateBusy:

@@ -17,8 +17,8 @@ from check_vllm.restart.policy import CLOCK_SLACK
 HISTORY_KEEP = 100
 
 
-def history_path(state_dir: Path, url: str) -> Path:
-    m = marker_path(state_dir, url)
+def history_path(state_dir: Path, url: str, legacy: bool = False) -> Path:
+    m = marker_path(state_dir, url, legacy)
     return m.with_name(m.name.replace(".restart.json", ".restart-history.json"))
 
 

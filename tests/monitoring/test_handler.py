@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 
 from check_vllm.memory.codec import remembered
-from check_vllm.memory.statefile import StateFile, check_file, marker_path, read_marker, state_path, target_key
+from check_vllm.memory.statefile import (
+    StateFile,
+    check_file,
+    legacy_key,
+    marker_path,
+    read_marker,
+    state_path,
+    target_key,
+)
 from check_vllm.restart.history import history_path
 from check_vllm.restart.policy import Event, Policy, decide
 
@@ -357,3 +365,31 @@ def test_a_state_directory_it_cannot_write_is_said_and_restarts_nothing(tmp_path
     assert out.returncode == 1 and restarts(tmp_path) == 0, out.stdout + out.stderr
     assert f"no restart: cannot write the state directory {state_dir}" in out.stdout
     assert "holds the restart lock" not in out.stdout and "Traceback" not in out.stderr
+
+
+SPELLINGS = ["http://127.0.0.1:1", "http://localhost:1", "http://LOCALHOST:1/."]
+
+
+def test_three_spellings_of_one_server_share_one_lock_and_one_history(tmp_path):
+    """One frozen server, three services spelling its URL differently: one restart, then the cooldown."""
+    for url in SPELLINGS:
+        plant_verdict(tmp_path, "down", 2, url=url)
+    assert len({history_path(tmp_path / "state", u) for u in SPELLINGS}) == 1
+    first = handler(tmp_path, url=SPELLINGS[0])
+    assert ": restarted:" in first.stdout, first.stdout + first.stderr
+    for url in SPELLINGS[1:]:
+        plant_verdict(tmp_path, "down", 2, age=0.0, url=url)
+        again = handler(tmp_path, url=url)
+        assert "cooldown 900" in again.stdout, again.stdout
+    assert restarts(tmp_path) == 1
+
+
+def test_a_restart_history_kept_under_the_old_key_still_holds_the_cooldown(tmp_path):
+    """Files written before the key was made canonical are named by the URL as spelt: still read."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    StateFile(history_path(state, URL, legacy=True), legacy_key(URL, "restart-history")).save(
+        {"restarts": [{"at": time.time() - 60, "verdict": "down", "command": "x", "rc": 0}]})
+    plant_verdict(tmp_path, "down", 2, age=0.0)
+    out = handler(tmp_path)
+    assert "cooldown 900" in out.stdout and restarts(tmp_path) == 0, out.stdout
