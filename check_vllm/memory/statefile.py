@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
-import ipaddress
 import json
 import os
 import stat
@@ -18,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from check_vllm.contract.vocab import LOCK_TIMEOUT
+from check_vllm.memory.target import canonical_url
 
 FORMAT = "check_vllm-state"
 VERSION = 1
@@ -48,54 +47,6 @@ def default_dir(env: dict[str, str] | None = None) -> Path:
         return system
     xdg = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "state")
     return Path(xdg) / "check_vllm"
-
-
-#: Names of this host's loopback interface: a server on it is one server whichever name reaches it.
-LOOPBACK = "loopback"
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def _host(host: str) -> str:
-    host = host.lower().rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return LOOPBACK
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return host
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return LOOPBACK if (mapped or ip).is_loopback else (f"[{ip.compressed}]" if ip.version == 6 else str(ip))
-
-
-def _path(path: str) -> str:
-    """Dot segments resolved, repeated and trailing slashes dropped: /v1/./x/../ is /v1."""
-    out: list[str] = []
-    for seg in path.split("/"):
-        if seg == "..":
-            if out:
-                out.pop()
-        elif seg not in ("", "."):
-            out.append(seg)
-    return "".join("/" + seg for seg in out)
-
-
-def canonical_url(url: str) -> str:
-    """One spelling per server, for everything keyed by it (state, lock, marker, restart history).
-
-    The same server: scheme and host in any case; the default port (80/443) given or not; dot segments
-    and trailing slashes in the path; userinfo and fragment (never part of where the server is). Every
-    loopback name of this host (localhost, *.localhost, 127.0.0.0/8, ::1, ::ffff:127.x) is one server:
-    a port on this host is served by one process, however it is reached. Anything else is another
-    server (another name, another port, another path prefix)."""
-    parts = urlsplit(url.strip())
-    scheme = parts.scheme.lower()
-    try:
-        port = parts.port or _DEFAULT_PORTS.get(scheme)
-    except ValueError:  # not a port: keep what was written, still one key per spelling
-        return f"{scheme}://{parts.netloc.lower()}{_path(parts.path)}"
-    host = _host(parts.hostname or "")
-    query = f"?{parts.query}" if parts.query else ""
-    return f"{scheme}://{host}{f':{port}' if port else ''}{_path(parts.path)}{query}"
 
 
 def target_key(url: str, mode: str) -> str:
