@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from check_vllm.contract.vocab import LOCK_TIMEOUT
+from check_vllm.memory.target import canonical_url
 
 FORMAT = "check_vllm-state"
 VERSION = 1
@@ -49,7 +50,16 @@ def default_dir(env: dict[str, str] | None = None) -> Path:
 
 
 def target_key(url: str, mode: str) -> str:
+    return f"{mode} {canonical_url(url)}"
+
+
+def legacy_key(url: str, mode: str) -> str:
+    """The key before canonical_url (1.x): what files written then are named and tagged by."""
     return f"{mode} {url.rstrip('/')}"
+
+
+def file_stem(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 def _mode(proxy: bool) -> str:
@@ -57,17 +67,18 @@ def _mode(proxy: bool) -> str:
     return "proxy" if proxy else "metrics"
 
 
-def state_path(state_dir: Path, url: str, proxy: bool = False) -> Path:
-    digest = hashlib.sha256(target_key(url, _mode(proxy)).encode()).hexdigest()[:20]
-    return Path(state_dir) / f"vllm-{digest}.json"
+def state_path(state_dir: Path, url: str, proxy: bool = False, legacy: bool = False) -> Path:
+    key = (legacy_key if legacy else target_key)(url, _mode(proxy))
+    return Path(state_dir) / f"vllm-{file_stem(key)}.json"
 
 
 def check_file(state_dir: Path, url: str, proxy: bool, lock_timeout: float = LOCK_TIMEOUT) -> StateFile:
     """The state file check_vllm keeps for one target (the handler reads the same one)."""
-    return StateFile(state_path(state_dir, url, proxy), target_key(url, _mode(proxy)), lock_timeout)
+    return StateFile(state_path(state_dir, url, proxy), target_key(url, _mode(proxy)), lock_timeout,
+                     legacy=(state_path(state_dir, url, proxy, legacy=True), legacy_key(url, _mode(proxy))))
 
 
-def _open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
+def open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
     try:
         return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except OSError as err:
@@ -80,8 +91,10 @@ class StateFile:
     """Lock, load and save one target's state. Use as a context manager: the lock spans the run."""
 
     def __init__(self, path: Path, target: str, lock_timeout: float = LOCK_TIMEOUT, what: str = "state file",
-                 fresh: str = "starting a new baseline") -> None:
+                 fresh: str = "starting a new baseline", legacy: tuple[Path, str] | None = None) -> None:
         self.path = Path(path)
+        #: Where and under which key an older version kept this file: read while ours does not exist yet.
+        self.legacy = legacy
         self.target = target
         self.lock_timeout = lock_timeout
         #: How the notes name this file, and what becomes of a file that cannot be used.
@@ -98,7 +111,7 @@ class StateFile:
     def lock(self) -> None:
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = _open_nofollow(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT)
+            fd = open_nofollow(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT)
         except OSError as err:
             raise StateError(f"cannot open state lock in {self.path.parent}: {err.strerror}") from None
         deadline = time.monotonic() + self.lock_timeout
@@ -125,12 +138,14 @@ class StateFile:
         Whatever the file holds, this never raises."""
         what, fresh = self.what, self.fresh
         try:
-            fd = _open_nofollow(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a planted FIFO must not block us
+            fd = open_nofollow(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a planted FIFO must not block us
         except FileNotFoundError:
+            if self.legacy and Path(self.legacy[0]) != self.path:
+                return StateFile(self.legacy[0], self.legacy[1], what=what, fresh=fresh).load()
             return {}, None
         except (OSError, StateError) as err:
             return {}, f"{what} unreadable ({getattr(err, 'strerror', None) or err})"
-        raw = _read_regular(fd)
+        raw = read_regular(fd)
         if raw is None:
             return {}, f"{what} is not a regular file; ignored"
         if isinstance(raw, OSError):
@@ -177,7 +192,7 @@ class StateFile:
             raise StateError(f"cannot write state {self.path}: {err.__class__.__name__}: {str(err)[:80]}") from None
 
 
-def _read_regular(fd: int) -> bytes | OSError | None:
+def read_regular(fd: int) -> bytes | OSError | None:
     """Up to MAX_BYTES + 1 bytes of the open file `fd` (closed here), None when it is not a regular file
     (a directory, a FIFO, a device planted where the file goes), or the OSError reading it raised."""
     try:
@@ -234,9 +249,35 @@ def parse_json(raw: bytes) -> Any:
     return doc if _shallow(doc) else None
 
 
+#: A temp file of write_json older than this was left by a save that was killed (a save takes milliseconds).
+STALE_TMP = 60.0
+
+
+def _sweep(directory: Path) -> None:
+    """Remove write_json temp files that a save killed mid-way (SIGKILL, power loss) left in `directory`:
+    only regular files of ours (our name pattern, our uid), older than STALE_TMP, so a concurrent save's
+    file is never touched. Best effort: a sweep that fails must not fail the save."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    cutoff = time.time() - STALE_TMP
+    for entry in entries:
+        if not (entry.name.startswith(".tmp-") and entry.name.endswith(".json")):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_mtime < cutoff:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
 def write_json(path: Path, doc: dict[str, Any]) -> None:
-    """Atomically: a 0600 temp file beside `path`, fsync, rename. A planted symlink is replaced, not followed."""
+    """Atomically: a 0600 temp file beside `path`, fsync, rename. A planted symlink is replaced, not followed.
+    Temp files left by an earlier save that was killed are swept first."""
     body = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    _sweep(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -251,43 +292,3 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
         except OSError:
             pass
         raise
-
-
-def marker_path(state_dir: Path, url: str) -> Path:
-    """Where the restart handler notes that it restarted this server (read by the check)."""
-    digest = hashlib.sha256(target_key(url, "restart").encode()).hexdigest()[:20]
-    return Path(state_dir) / f"vllm-{digest}.restart.json"
-
-
-#: A marker that says "restart in progress" for longer than this is a handler that died mid-restart.
-RESTART_IN_PROGRESS_MAX = 1200.0
-
-
-def load_marker(path: Path) -> tuple[float | None, str | None]:
-    """Wall-clock time of the last restart the handler made (or None), and what was wrong with the
-    marker when there is one it cannot use. The handler's next restart replaces it."""
-    try:
-        fd = _open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)  # a planted FIFO must not block us
-    except FileNotFoundError:
-        return None, None
-    except (OSError, StateError) as err:
-        return None, f"restart marker unreadable ({getattr(err, 'strerror', None) or err}); ignored"
-    raw = _read_regular(fd)
-    if raw is None:
-        return None, "restart marker is not a regular file; ignored"
-    if isinstance(raw, OSError):
-        return None, f"restart marker unreadable ({raw.strerror}); ignored"
-    doc = parse_json(raw) if len(raw) <= MAX_BYTES else None
-    at = doc.get("restarted_at") if isinstance(doc, dict) else None
-    if isinstance(at, bool) or not isinstance(at, (int, float)):
-        return None, "restart marker corrupt; ignored"
-    if isinstance(doc, dict) and doc.get("in_progress") is True and 0 <= time.time() - at < RESTART_IN_PROGRESS_MAX:
-        # the handler's restart command is still running: the server is being restarted now, whatever the
-        # check saw since the command began (a frozen server answers /metrics until it is stopped)
-        return time.time(), None
-    return float(at), None
-
-
-def read_marker(path: Path) -> float | None:
-    """Wall-clock time of the last restart the handler made, or None."""
-    return load_marker(path)[0]

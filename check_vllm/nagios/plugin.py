@@ -13,7 +13,8 @@ from nagiosplugin.performance import Performance
 from check_vllm.contract.values import Verdict
 from check_vllm.contract.vocab import CRITICAL, LOCK_TIMEOUT, OK, PERFDATA, UNKNOWN, WARNING, Options, Settings
 from check_vllm.memory import codec as memory
-from check_vllm.memory.statefile import StateBusy, StateError, check_file, load_marker, marker_path
+from check_vllm.memory.marker import load_marker, marker_path
+from check_vllm.memory.statefile import StateBusy, StateError, check_file
 from check_vllm.nagios import statusline
 from check_vllm.observe import observe
 from check_vllm.server.fetch import Endpoint

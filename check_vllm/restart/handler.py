@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -27,46 +25,29 @@ from typing import Any, NoReturn
 from check_vllm.contract.safe_text import without_userinfo
 from check_vllm.contract.values import Remembered
 from check_vllm.memory import codec as memory
+from check_vllm.memory.marker import marker_path, read_marker
 from check_vllm.memory.statefile import (
     StateBusy,
     StateError,
     StateFile,
     check_file,
     default_dir,
-    marker_path,
-    read_marker,
-    target_key,
     write_json,
 )
 from check_vllm.nagios import statusline
 from check_vllm.nagios.args import UsageError
-from check_vllm.restart.history import HISTORY_KEEP, bring_back, counted_from, history_path, load_history
+from check_vllm.restart.command import run_command
+from check_vllm.restart.history import (
+    HISTORY_KEEP,
+    bring_back,
+    counted_from,
+    history_file,
+    load_history,
+    output_path,
+)
 from check_vllm.restart.options import PROG, parse
 from check_vllm.restart.policy import HOUR, Decision, Event, Policy, decide, screen
 from check_vllm.restart.starting import still_loading
-
-# --------------------------------------------------------------------------- files
-
-
-def run_command(argv: list[str], timeout: float) -> tuple[int | None, str]:
-    """Run the restart command (no shell). Returns (exit code or None on timeout, last output line)."""
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True)
-    except OSError as err:
-        return 127, f"cannot run {argv[0]!r}: {err.strerror}"
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        proc.communicate()
-        return None, f"timed out after {timeout:g} s and was killed"
-    lines = [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
-    return proc.returncode, (lines[-1].strip()[:200] if lines else "")
-
 
 # --------------------------------------------------------------------------- command line
 
@@ -104,14 +85,17 @@ def handle(args: argparse.Namespace, event: Event, command: list[str], log: Logg
     if early is not None:
         log("no restart" if early.kind == "skip" else "restart refused", early.why, event)
         return 0
-    history = StateFile(history_path(state_dir, url), target_key(url, "restart-history"), args.lock_timeout,
-                        what="restart history", fresh="starting afresh")
+    history = history_file(state_dir, url, args.lock_timeout)
     try:
         history.lock()
-    except StateError as err:
-        why = f"waited {args.lock_timeout:g} s" if isinstance(err, StateBusy) else str(err)
-        log("no restart", f"another {PROG} call holds the restart lock for this server ({why})", event)
+    except StateBusy:
+        log("no restart", f"another {PROG} call holds the restart lock for this server "
+                          f"(waited {args.lock_timeout:g} s)", event)
         return 0
+    except StateError as err:  # not a concurrent call: a directory it cannot write, which needs a human
+        log("no restart", f"cannot write the state directory {state_dir} ({err}); "
+                          "not restarting without a record", event)
+        return 1
     try:
         now = clock()
         decision, verdict, entries = weigh(args, event, history, state_dir, url, now)
@@ -172,7 +156,7 @@ def _restart(args: argparse.Namespace, event: Event, command: list[str], log: Lo
                           "not restarting without a record", event)
         return 1
     started = time.monotonic()
-    rc, tail = run_command(command, args.command_timeout)
+    rc, tail = run_command(command, args.command_timeout, output_path(state_dir, url))
     took = time.monotonic() - started
     done = clock()
     entry.update(rc=rc, seconds=round(took, 3), done=done)

@@ -10,16 +10,32 @@ import math
 from pathlib import Path
 from typing import Any
 
-from check_vllm.memory.statefile import StateFile, marker_path
+from check_vllm.memory.marker import marker_path
+from check_vllm.memory.statefile import StateFile, legacy_key, target_key
 from check_vllm.restart.policy import CLOCK_SLACK
 
 #: Restarts kept on record (the breaker looks at one hour; the rest is for people).
 HISTORY_KEEP = 100
 
 
-def history_path(state_dir: Path, url: str) -> Path:
-    m = marker_path(state_dir, url)
+def history_path(state_dir: Path, url: str, legacy: bool = False) -> Path:
+    m = marker_path(state_dir, url, legacy)
     return m.with_name(m.name.replace(".restart.json", ".restart-history.json"))
+
+
+def history_file(state_dir: Path, url: str, lock_timeout: float) -> StateFile:
+    """The history of one server, keyed by the server, not by the spelling of its URL; a history kept under
+    the spelling (before the key was canonical) is read until the first save, so no cooldown or breaker is
+    lost in the change."""
+    return StateFile(history_path(state_dir, url), target_key(url, "restart-history"), lock_timeout,
+                     what="restart history", fresh="starting afresh",
+                     legacy=(history_path(state_dir, url, legacy=True), legacy_key(url, "restart-history")))
+
+
+def output_path(state_dir: Path, url: str) -> Path:
+    """What the last restart command wrote (and a server it left running may still be writing)."""
+    m = marker_path(state_dir, url)
+    return m.with_name(m.name.replace(".restart.json", ".restart-output.log"))
 
 
 def _number(value: Any) -> float | None:

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from check_vllm.contract.vocab import CODE_NAMES, CRITICAL, OK, UNKNOWN, WARNING
-from check_vllm.memory.statefile import StateBusy, StateError, StateFile, default_dir, target_key
+from check_vllm.memory.statefile import StateBusy, StateError, default_dir
 from check_vllm.nagios import statusline
-from check_vllm.restart.history import history_path
+from check_vllm.restart.history import history_file
 from check_vllm.restart.policy import Event, screen
 
 LABEL = "VLLM_RESTART"
@@ -32,8 +32,7 @@ def report(args: argparse.Namespace, event: Event, weigh: Any, clock: Any = time
     early = screen(event)
     if early is not None:  # a downtime or an acknowledgement holds any restart back
         return _say(WARNING, f"held back: {early.why}")
-    history = StateFile(history_path(state_dir, url), target_key(url, "restart-history"), args.lock_timeout,
-                        what="restart history", fresh="starting afresh")
+    history = history_file(state_dir, url, args.lock_timeout)
     try:
         history.lock()
     except StateBusy:

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from check_vllm.memory.statefile import marker_path, state_path
+from check_vllm.memory.marker import marker_path
+from check_vllm.memory.statefile import state_path, target_key
 from check_vllm.restart.history import history_path
 from vllm_simulator import Simulator
 
@@ -120,7 +121,7 @@ def refused_url() -> str:
 @pytest.mark.parametrize("content", list(STATE.values()), ids=list(STATE))
 def test_unusable_state_file_is_a_fresh_start(check, restart, tmp_path, busy, content):
     path = state_path(tmp_path / "state", busy.url)
-    _plant(path, content, f"metrics {busy.url}")
+    _plant(path, content, target_key(busy.url, "metrics"))
 
     h = restart(busy.url)  # the handler reads the check's state first: no verdict in it, no restart
     assert (h.code, h.restarts) == (0, 0), h.out
@@ -169,7 +170,7 @@ def test_unusable_restart_marker_is_ignored_until_the_next_restart_replaces_it(c
 @pytest.mark.parametrize("content", list(HISTORY.values()), ids=list(HISTORY))
 def test_unusable_restart_history_is_a_fresh_start(check, restart, tmp_path, refused_url, content):
     history = history_path(tmp_path / "state", refused_url)
-    _plant(history, content, f"restart-history {refused_url}")
+    _plant(history, content, target_key(refused_url, "restart-history"))
     r = check("-u", refused_url, *FAST)
     assert (r.code, r.word) == (CRITICAL, "down"), r.out
 
@@ -194,7 +195,7 @@ def test_a_partly_unusable_history_keeps_the_usable_restarts(check, restart, tmp
     history = history_path(tmp_path / "state", refused_url)
     recent = _doc('{"restarts": [{"at": NOW, "rc": 0, "command": "x"}, 5, {"at": "x"}, {"rc": 0},'
                   ' {"at": [NOW]}, {"at": NOW, "rc": "0", "verdict": [1], "seconds": "1", "done": {}}]}')
-    _plant(history, recent, f"restart-history {refused_url}")
+    _plant(history, recent, target_key(refused_url, "restart-history"))
     r = check("-u", refused_url, *FAST)
     assert (r.code, r.word) == (CRITICAL, "down"), r.out
     h = restart(refused_url)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from check_vllm.memory.statefile import state_path
+from check_vllm.memory.statefile import state_path, target_key
 from vllm_simulator import Simulator
 
 from .conftest import CRITICAL, FAST, OK, WARNING
@@ -61,7 +61,7 @@ def _plant(path: Path, what: Any, sim: Simulator) -> None:
     if isinstance(what, bytes):
         path.write_bytes(what)
         return
-    doc = {"format": "check_vllm-state", "version": 1, "target": f"metrics {sim.url}", "written": time.time(),
+    doc = {"format": "check_vllm-state", "version": 1, "target": target_key(sim.url, "metrics"), "written": time.time(),
            "data": {}}
     doc.update(what)
     path.write_text(json.dumps(doc))
@@ -75,7 +75,7 @@ def test_bad_state_costs_one_baseline(check, tmp_path, busy, what, note):
     assert (r.code, r.word) == (OK, "busy"), r.out
     assert note in r.status, r.out
     doc = _doc(path)  # replaced by a good one
-    assert doc["target"] == f"metrics {busy.url}"
+    assert doc["target"] == target_key(busy.url, "metrics")
     time.sleep(0.4)
     r = check("-u", busy.url, "--stuck-readings", "1", "--stuck-seconds", "0", *FAST)
     assert (r.code, r.word) == (OK, "busy") and "state file" not in r.status, r.out
@@ -283,3 +283,18 @@ def test_a_full_state_file_system_is_said_and_judged_alone(check, tmp_path, busy
         assert "No space left on device" in r.status and "tok/s" not in r.status, r.out
     finally:
         subprocess.run(["umount", str(state)], check=True)
+
+
+def test_temp_files_left_by_a_killed_save_are_swept_by_the_next(check, tmp_path, busy):
+    """A save killed between its temp file and the rename leaves `.tmp-*.json` beside the state: the next
+    save removes the stale ones, and leaves a fresh one (a concurrent save's) alone."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    stale, fresh = state / ".tmp-killed01.json", state / ".tmp-running.json"
+    for f in (stale, fresh):
+        f.write_bytes(b'{"format": "check_vllm-state", "ver')
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    r = check("-u", busy.url, *FAST)
+    assert r.code == OK, r.out
+    assert not stale.exists() and fresh.exists()

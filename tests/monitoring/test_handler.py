@@ -6,6 +6,8 @@ These run in the default tier (no marker): they need no Icinga or Nagios, only t
 from __future__ import annotations
 
 import json
+import os
+import signal
 import stat
 import subprocess
 import sys
@@ -15,7 +17,14 @@ from pathlib import Path
 import pytest
 
 from check_vllm.memory.codec import remembered
-from check_vllm.memory.statefile import StateFile, check_file, marker_path, read_marker, state_path, target_key
+from check_vllm.memory.marker import marker_path, read_marker
+from check_vllm.memory.statefile import (
+    StateFile,
+    check_file,
+    legacy_key,
+    state_path,
+    target_key,
+)
 from check_vllm.restart.history import history_path
 from check_vllm.restart.policy import Event, Policy, decide
 
@@ -314,3 +323,72 @@ def test_a_verdict_written_while_the_restart_ran_is_about_the_old_process(tmp_pa
     assert at is not None and t0 + 0.7 <= at <= t1
     again = handler(tmp_path, "--cooldown", "0")
     assert "before the last restart" in again.stdout, again.stdout
+
+
+def test_a_command_that_leaves_the_server_running_in_the_background_is_done_when_it_exits(tmp_path):
+    """`nohup vllm serve ... &`: the server inherits the command's stdout. The handler waits for the
+    command's exit, not for that output to close, and never kills what the command left running."""
+    plant_verdict(tmp_path, "down", 2)
+    pid_file = tmp_path / "server.pid"
+    command = ["sh", "-c", f"sleep 300 & echo $! > {pid_file}; echo started the server"]
+    t0 = time.monotonic()
+    out = handler(tmp_path, "--command-timeout", "30", command=command)
+    took = time.monotonic() - t0
+    server = int(pid_file.read_text())
+    try:
+        assert took < 15, f"waited {took:.0f} s for the background server's output to close"
+        assert out.returncode == 0 and ": restarted:" in out.stdout, out.stdout + out.stderr
+        assert read_marker(marker_path(tmp_path / "state", URL)) is not None
+        os.kill(server, 0)  # still running: raises ProcessLookupError if the handler killed it
+        assert Path(f"/proc/{server}/stat").read_text().split()[2] != "Z"
+    finally:
+        os.kill(server, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("how", ["parent is a file", "immutable directory"])
+def test_a_state_directory_it_cannot_write_is_said_and_restarts_nothing(tmp_path, how):
+    """Not "another call holds the lock": what is wrong with the directory, and no restart."""
+    plant_verdict(tmp_path, "down", 2)
+    if how == "parent is a file":
+        (tmp_path / "file").write_text("")
+        state_dir = tmp_path / "file" / "state"
+        extra = ["--state-dir", str(state_dir)]  # the later --state-dir wins over handler()'s
+    else:
+        state_dir, extra = tmp_path / "state", []
+        if subprocess.run(["chattr", "+i", str(state_dir)], capture_output=True).returncode:
+            pytest.skip("no chattr +i here")
+    try:
+        out = handler(tmp_path, *extra, "--lock-timeout", "0.3")
+    finally:
+        subprocess.run(["chattr", "-i", str(state_dir)], capture_output=True)
+    assert out.returncode == 1 and restarts(tmp_path) == 0, out.stdout + out.stderr
+    assert f"no restart: cannot write the state directory {state_dir}" in out.stdout
+    assert "holds the restart lock" not in out.stdout and "Traceback" not in out.stderr
+
+
+SPELLINGS = ["http://127.0.0.1:1", "http://localhost:1", "http://LOCALHOST:1/."]
+
+
+def test_three_spellings_of_one_server_share_one_lock_and_one_history(tmp_path):
+    """One frozen server, three services spelling its URL differently: one restart, then the cooldown."""
+    for url in SPELLINGS:
+        plant_verdict(tmp_path, "down", 2, url=url)
+    assert len({history_path(tmp_path / "state", u) for u in SPELLINGS}) == 1
+    first = handler(tmp_path, url=SPELLINGS[0])
+    assert ": restarted:" in first.stdout, first.stdout + first.stderr
+    for url in SPELLINGS[1:]:
+        plant_verdict(tmp_path, "down", 2, age=0.0, url=url)
+        again = handler(tmp_path, url=url)
+        assert "cooldown 900" in again.stdout, again.stdout
+    assert restarts(tmp_path) == 1
+
+
+def test_a_restart_history_kept_under_the_old_key_still_holds_the_cooldown(tmp_path):
+    """Files written before the key was made canonical are named by the URL as spelt: still read."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    StateFile(history_path(state, URL, legacy=True), legacy_key(URL, "restart-history")).save(
+        {"restarts": [{"at": time.time() - 60, "verdict": "down", "command": "x", "rc": 0}]})
+    plant_verdict(tmp_path, "down", 2, age=0.0)
+    out = handler(tmp_path)
+    assert "cooldown 900" in out.stdout and restarts(tmp_path) == 0, out.stdout

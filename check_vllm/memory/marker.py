@@ -1,0 +1,59 @@
+"""The restart marker: where check_vllm_restart notes that it restarted a server (or is restarting it now),
+read by the check, which then reads a server that does not serve yet as starting, not down."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from check_vllm.memory.statefile import (
+    MAX_BYTES,
+    StateError,
+    file_stem,
+    legacy_key,
+    open_nofollow,
+    parse_json,
+    read_regular,
+    target_key,
+)
+
+
+def marker_path(state_dir: Path, url: str, legacy: bool = False) -> Path:
+    """Where the restart handler notes that it restarted this server (read by the check)."""
+    key = (legacy_key if legacy else target_key)(url, "restart")
+    return Path(state_dir) / f"vllm-{file_stem(key)}.restart.json"
+
+
+#: A marker that says "restart in progress" for longer than this is a handler that died mid-restart.
+RESTART_IN_PROGRESS_MAX = 1200.0
+
+
+def load_marker(path: Path) -> tuple[float | None, str | None]:
+    """Wall-clock time of the last restart the handler made (or None), and what was wrong with the
+    marker when there is one it cannot use. The handler's next restart replaces it."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)  # a planted FIFO must not block us
+    except FileNotFoundError:
+        return None, None
+    except (OSError, StateError) as err:
+        return None, f"restart marker unreadable ({getattr(err, 'strerror', None) or err}); ignored"
+    raw = read_regular(fd)
+    if raw is None:
+        return None, "restart marker is not a regular file; ignored"
+    if isinstance(raw, OSError):
+        return None, f"restart marker unreadable ({raw.strerror}); ignored"
+    doc = parse_json(raw) if len(raw) <= MAX_BYTES else None
+    at = doc.get("restarted_at") if isinstance(doc, dict) else None
+    if isinstance(at, bool) or not isinstance(at, (int, float)):
+        return None, "restart marker corrupt; ignored"
+    if isinstance(doc, dict) and doc.get("in_progress") is True and 0 <= time.time() - at < RESTART_IN_PROGRESS_MAX:
+        # the handler's restart command is still running: the server is being restarted now, whatever the
+        # check saw since the command began (a frozen server answers /metrics until it is stopped)
+        return time.time(), None
+    return float(at), None
+
+
+def read_marker(path: Path) -> float | None:
+    """Wall-clock time of the last restart the handler made, or None."""
+    return load_marker(path)[0]

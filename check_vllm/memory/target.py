@@ -1,0 +1,53 @@
+"""Which URLs name the same vLLM server: the one key its state, lock, marker and restart history go by."""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+#: Names of this host's loopback interface: a server on it is one server whichever name reaches it.
+LOOPBACK = "loopback"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _host(host: str) -> str:
+    host = host.lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return LOOPBACK
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return LOOPBACK if (mapped or ip).is_loopback else (f"[{ip.compressed}]" if ip.version == 6 else str(ip))
+
+
+def _path(path: str) -> str:
+    """Dot segments resolved, repeated and trailing slashes dropped: /v1/./x/../ is /v1."""
+    out: list[str] = []
+    for seg in path.split("/"):
+        if seg == "..":
+            if out:
+                out.pop()
+        elif seg not in ("", "."):
+            out.append(seg)
+    return "".join("/" + seg for seg in out)
+
+
+def canonical_url(url: str) -> str:
+    """One spelling per server, for everything keyed by it (state, lock, marker, restart history).
+
+    The same server: scheme and host in any case; the default port (80/443) given or not; dot segments
+    and trailing slashes in the path; userinfo and fragment (never part of where the server is). Every
+    loopback name of this host (localhost, *.localhost, 127.0.0.0/8, ::1, ::ffff:127.x) is one server:
+    a port on this host is served by one process, however it is reached. Anything else is another
+    server (another name, another port, another path prefix)."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or _DEFAULT_PORTS.get(scheme)
+    except ValueError:  # not a port: keep what was written, still one key per spelling
+        return f"{scheme}://{parts.netloc.lower()}{_path(parts.path)}"
+    host = _host(parts.hostname or "")
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{scheme}://{host}{f':{port}' if port else ''}{_path(parts.path)}{query}"
