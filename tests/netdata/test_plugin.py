@@ -168,3 +168,21 @@ def test_proxy_mode_only_reads_v1_models(make_sim, clock, proxy):
     assert word(text) == "proxy"
     assert {r.path for r in sim.requests()} == {"/v1/models"}
     assert "vllm_t.requests" not in text
+
+
+def test_a_wedged_idle_engine_stays_stalling_then_stuck_between_probes(make_sim, clock):
+    """Issue 22 item 8: the ticks between probes keep the unanswered probe's word, so vllm_stuck does not flap."""
+    sim = make_sim(scenario="hung_idle")
+    c = collector(Job("t", sim.url, stuck_readings=2, stuck_seconds=3, probe_every=3, probe_timeout=0.3), clock)
+    seen = []
+    for _ in range(7):
+        seen.append(word(c.tick()))
+        clock.advance(1.0)
+    assert seen == ["stalling", "stalling", "stalling", "stuck", "stuck", "stuck", "stuck"]
+    assert c.probes_sent == 3
+    sim.set_scenario("idle")  # the engine answers again: the next probe ends it
+    after = []
+    for _ in range(3):
+        after.append(word(c.tick()))
+        clock.advance(1.0)
+    assert after == ["stuck", "stuck", "idle"]
