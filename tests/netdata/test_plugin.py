@@ -186,3 +186,24 @@ def test_a_wedged_idle_engine_stays_stalling_then_stuck_between_probes(make_sim,
         after.append(word(c.tick()))
         clock.advance(1.0)
     assert after == ["stuck", "stuck", "idle"]
+
+
+def alarms() -> dict[str, dict[str, str]]:
+    """The shipped health.d/vllm.conf: template -> its lines (key: value)."""
+    out: dict[str, dict[str, str]] = {}
+    text = (Path(__file__).resolve().parents[2] / "contrib/netdata/health.d/vllm.conf").read_text()
+    current: dict[str, str] = {}
+    for line in text.splitlines():
+        if ":" in line and not line.lstrip().startswith("#"):
+            key, value = (part.strip() for part in line.split(":", 1))
+            if key == "template":
+                current = out.setdefault(value, {})
+            current[key] = value
+    return out
+
+
+def test_the_state_alarms_read_verdict_words_and_starting_is_never_down():
+    """Issue 17 part 4: each vllm.state alarm reads one dimension the collector sends; `starting` raises none."""
+    state = {a: spec["lookup"].split(" of ")[-1] for a, spec in alarms().items() if spec["on"] == "vllm.state"}
+    assert set(state.values()) <= {charts.word_id(w) for w in WORDS}, state
+    assert state["vllm_down"] == "down" and "starting" not in state.values()
