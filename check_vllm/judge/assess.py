@@ -88,6 +88,22 @@ def _idle(memory: Memory, reading: Reading, g: Gauges, now: Instant, words: Mapp
                   engines=words or {n: IDLE for n in reading.engines}, rate_values=rate_values)
 
 
+def _pending(memory: Memory, reading: Reading, g: Gauges, now: Instant, rate_values: Rates = NO_RATES) -> Verdict:
+    """Idle, nothing moved since a probe went unanswered, and no probe this time: the last probe's word stands
+    (a run that did not probe proves nothing new, least of all health); it never grows to stuck unprobed."""
+    streak = memory.unanswered
+    assert streak is not None
+    last = memory.last.word if memory.last else None
+    word = last if last in (STALLING, STUCK) else STALLING
+    return finish(memory, word, CODES[word], wording.probe_pending(g, streak, now), g, now, action=PROBE,
+                  engines={n: word for n in reading.engines}, stalled=lasted(streak, now), rate_values=rate_values)
+
+
+def unproven_idle(last: Remembered) -> bool:
+    """An idle verdict no probe settled: a probing run must not repeat it as its own."""
+    return last.word == IDLE and last.text == wording.NOT_PROBED
+
+
 def new_process(memory: Memory, reading: Reading, why: str, settings: Settings, now: Instant) -> Verdict:
     """A reading no process of the baseline's could have produced: a restart, or a second server in turn."""
     g = gauges(reading)
@@ -169,7 +185,7 @@ def _repeat(memory: Memory, reading: Reading, gap: float, now: Instant) -> Verdi
     """
     last = memory.last or Remembered("", None, "", None)
     word, code = last.word, last.code
-    if word in WORKING and reading.work <= 0:
+    if reading.work <= 0 and (word in WORKING or unproven_idle(last)):
         return None
     engines = {n: _standing_word(last.engines.get(n), e) for n, e in reading.engines.items()}
     if word in WORKING or (word == IDLE and reading.work > 0):
@@ -228,6 +244,8 @@ def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | 
     rate_values = rates(base.reading, reading, gap, allowed) if gap <= settings.max_age else NO_RATES
     word = _top(words)
     if word == IDLE:
+        if new.unanswered is not None:  # nothing moved and no work since the probe went unanswered
+            return _pending(new, reading, g, now, rate_values)
         return _idle(new, reading, g, now, words, rate_values)
     text = wording.engines(words, stalls, reading, now, settings) + wording.counts(g)
     if rate_values.tokens_per_second is not None and word == BUSY:

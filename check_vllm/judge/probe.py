@@ -49,7 +49,10 @@ def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failu
     """
     now = instant(now)
     memory = verdict.memory
+    pending = verdict.word in (STALLING, STUCK)  # idle, still standing on an earlier unanswered probe
     if outcome.kind == ANSWERED:
+        if pending:  # the engine answers: the pending word ends
+            verdict = verdict._replace(word=IDLE, engines={n: IDLE for n in verdict.engines})
         head = "" if verdict.word == IDLE else verdict.text + "; "
         spent = memory._replace(probe=Footprint(outcome.prompt_tokens, outcome.completion_tokens, now.wall),
                                 unanswered=None)
@@ -58,6 +61,9 @@ def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failu
         return assess_failure(memory, Failure(DOWN, outcome.detail), settings, now)
     if outcome.kind == ENGINE_DEAD:
         return assess_failure(memory, Failure(DOWN, wording.engine_died(outcome.detail)), settings, now)
+    if pending and outcome.kind in (REJECTED, CUT_SHORT):  # proves nothing: the pending word stands
+        return _amend(verdict, memory, verdict.word, verdict.code, f"{verdict.text}; the probe proved nothing: "
+                      f"{outcome.detail}", now, outcome)
     if outcome.kind == REJECTED:
         return _amend(verdict, memory, IDLE, WARNING, wording.probe_rejected(outcome.detail), now, outcome)
     if outcome.kind == CUT_SHORT:

@@ -172,3 +172,8 @@ def probe_unanswered(g: Gauges, detail: str, streak: Streak, now: Instant, setti
     need = "" if stuck else _need(STALLING, settings)
     return (f"no progress while a 1-token probe went unanswered ({detail}), for {seconds(lasted(streak, now))} "
             f"over {readings(streak.readings)}{need}; {counts(g)}")
+
+
+def probe_pending(g: Gauges, streak: Streak, now: Instant) -> str:
+    return (f"nothing moved since a 1-token probe went unanswered {seconds(lasted(streak, now))} ago "
+            f"({readings(streak.readings)}), not probed again yet; {counts(g)}")

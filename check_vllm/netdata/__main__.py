@@ -51,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     every = _update_every(argv)
     path = config_path()
-    jobs, problems = load_file(path, every)
+    try:
+        jobs, problems = load_file(path, every)
+    except Exception as err:  # a bug in reading the file must read as a message, not a traceback and no DISABLE
+        jobs, problems = [], [f"cannot load: {err.__class__.__name__}: {err}"]
     for problem in problems:
         collector.log(f"{path}: {problem}")
     if not jobs:

@@ -1,14 +1,18 @@
 """vllm.conf -> jobs: one INI section per vLLM server, [DEFAULT] for what they share.
 
 A section with a bad value is reported and skipped; the other jobs still run. Only a file with no
-usable job at all is a configuration that can never work (the plugin then says DISABLE).
+usable job at all is a configuration that can never work (the plugin then says DISABLE). Reading a
+file never blocks and never raises: a FIFO, a device, a huge or an undecodable file is a problem
+line, because a plugin that hangs or dies at start-up takes every job with it.
 """
 
 from __future__ import annotations
 
 import configparser
+import errno
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +21,9 @@ from check_vllm.contract.vocab import OPTIONS, SETTINGS
 
 CONF_NAME = "vllm.conf"
 DEFAULT_CONFIG_DIR = "/etc/netdata"
+#: Bounds on what is read at start-up: a key is a line, a vllm.conf a few jobs.
+KEY_LIMIT = 16 * 1024
+CONF_LIMIT = 1024 * 1024
 
 
 class ConfigError(ValueError):
@@ -71,6 +78,48 @@ def job_name(section: str) -> str:
     return re.sub(r"[^a-z0-9_]", "_", section.strip().lower()) or "_"
 
 
+def read_bytes(path: Path | str, limit: int) -> bytes:
+    """A regular file's bytes, at most `limit`; opened O_NONBLOCK so a FIFO cannot hang start-up."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit // 1024} KiB")
+    return data
+
+
+def _api_key(key_file: str) -> str | None:
+    """The key a header can carry: UTF-8 (a BOM allowed) holding printable ASCII only."""
+    try:
+        text = read_bytes(key_file, KEY_LIMIT).decode("utf-8-sig")
+    except OSError as err:
+        raise ConfigError(f"api_key_file {key_file}: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"api_key_file {key_file}: not UTF-8 text (UTF-16? save it as UTF-8)") from None
+    key = text.strip()
+    if not all(" " < ch < "\x7f" for ch in key):
+        raise ConfigError(f"api_key_file {key_file}: holds characters an HTTP header cannot carry")
+    return key or None
+
+
+def _undecodable(sec: configparser.SectionProxy) -> list[str]:
+    """Options whose name or value held bytes that are not UTF-8 (read as surrogates)."""
+    return [key for key in sec if _surrogates(key) or _surrogates(sec.get(key) or "")]
+
+
+def _surrogates(text: str) -> bool:
+    return any("\udc80" <= ch <= "\udcff" for ch in text)
+
+
+def printable(text: str) -> str:
+    """A name from the file, fit for stderr whatever bytes it held."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def _number(sec: configparser.SectionProxy, key: str, default: float, low: float, high: float) -> float:
     raw = sec.get(key)
     if raw is None or not raw.strip():
@@ -94,19 +143,17 @@ def _flag(sec: configparser.SectionProxy, key: str, default: bool) -> bool:
 
 
 def parse_job(section: str, sec: configparser.SectionProxy, plugin_every: int) -> Job:
-    unknown = sorted(set(sec) - _KNOWN)
+    unknown = sorted(printable(k) for k in set(sec) - _KNOWN)
     if unknown:
         raise ConfigError(f"unknown option(s) {', '.join(unknown)}")
     url = (sec.get("url") or "").strip().rstrip("/")
     if not re.match(r"^https?://[^/\s]+", url):
         raise ConfigError(f"url = {url!r} is not an http:// or https:// URL" if url else "no url")
-    api_key = None
+    bad = _undecodable(sec)
+    if bad or _surrogates(section):
+        raise ConfigError(f"not UTF-8 text in {', '.join(printable(k) for k in bad) or 'the section name'}")
     key_file = (sec.get("api_key_file") or "").strip()
-    if key_file:
-        try:
-            api_key = Path(key_file).read_text(encoding="utf-8-sig").strip() or None
-        except OSError as err:
-            raise ConfigError(f"api_key_file {key_file}: {err.strerror or err}") from None
+    api_key = _api_key(key_file) if key_file else None
     every = int(_number(sec, "update_every", plugin_every, 1, 3600))
     return Job(
         name=job_name(section),
@@ -137,10 +184,10 @@ def load(text: str, plugin_every: int) -> tuple[list[Job], list[str]]:
         try:
             job = parse_job(section, parser[section], plugin_every)
         except ConfigError as err:
-            problems.append(f"job [{section}] skipped: {err}")
+            problems.append(f"job [{printable(section)}] skipped: {err}")
             continue
         if any(j.name == job.name for j in jobs):
-            problems.append(f"job [{section}] skipped: its chart id vllm_{job.name} is taken by another job")
+            problems.append(f"job [{printable(section)}] skipped: its chart id vllm_{job.name} is taken by another job")
             continue
         jobs.append(job)
     if not parser.sections():
@@ -149,8 +196,9 @@ def load(text: str, plugin_every: int) -> tuple[list[Job], list[str]]:
 
 
 def load_file(path: Path, plugin_every: int) -> tuple[list[Job], list[str]]:
+    """Bytes that are not UTF-8 cost only the sections whose values hold them (a Latin-1 comment costs nothing)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_bytes(path, CONF_LIMIT)
     except OSError as err:
         return [], [f"cannot read {path}: {err.strerror or err}"]
-    return load(text, plugin_every)
+    return load(data.decode("utf-8-sig", "surrogateescape"), plugin_every)

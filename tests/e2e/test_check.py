@@ -267,3 +267,21 @@ def test_idle_engine_that_never_answers_the_probe_is_stuck_only_after_the_proof(
     time.sleep(0.6)
     second = run_check("-u", sim.url, "--probe-timeout", "1.5", "--stuck-seconds", "0", *FAST)
     assert (second.code, second.word) == (CRITICAL, "stuck"), second.out
+
+
+def test_a_no_probe_service_sharing_the_state_does_not_hide_a_hung_engine(sim: Simulator, run_check):
+    """Issue 22 item 8: a --no-probe run just under --min-gap before the probing one must not make it repeat idle."""
+    sim.set_scenario("hung_idle")
+    gap = ("--min-gap", "2", "--reread-delay", "0.4", "--probe-timeout", "1", "--stuck-seconds", "0")
+    run_check("-u", sim.url, "--no-probe", *gap)  # the first reading of both
+    time.sleep(2.1)
+    words = []
+    for _ in range(2):
+        quiet = run_check("-u", sim.url, "--no-probe", *gap)
+        time.sleep(1.1)
+        probing = run_check("-u", sim.url, *gap)
+        assert "repeated" not in probing.status, probing.out
+        words.append((quiet.word, probing.word))
+        time.sleep(2.1)
+    assert words[0][1] == "stalling" and words[1] == ("stalling", "stuck"), words
+    assert len(sim.inference_requests()) == 2

@@ -168,3 +168,42 @@ def test_proxy_mode_only_reads_v1_models(make_sim, clock, proxy):
     assert word(text) == "proxy"
     assert {r.path for r in sim.requests()} == {"/v1/models"}
     assert "vllm_t.requests" not in text
+
+
+def test_a_wedged_idle_engine_stays_stalling_then_stuck_between_probes(make_sim, clock):
+    """Issue 22 item 8: the ticks between probes keep the unanswered probe's word, so vllm_stuck does not flap."""
+    sim = make_sim(scenario="hung_idle")
+    c = collector(Job("t", sim.url, stuck_readings=2, stuck_seconds=3, probe_every=3, probe_timeout=0.3), clock)
+    seen = []
+    for _ in range(7):
+        seen.append(word(c.tick()))
+        clock.advance(1.0)
+    assert seen == ["stalling", "stalling", "stalling", "stuck", "stuck", "stuck", "stuck"]
+    assert c.probes_sent == 3
+    sim.set_scenario("idle")  # the engine answers again: the next probe ends it
+    after = []
+    for _ in range(3):
+        after.append(word(c.tick()))
+        clock.advance(1.0)
+    assert after == ["stuck", "stuck", "idle"]
+
+
+def alarms() -> dict[str, dict[str, str]]:
+    """The shipped health.d/vllm.conf: template -> its lines (key: value)."""
+    out: dict[str, dict[str, str]] = {}
+    text = (Path(__file__).resolve().parents[2] / "contrib/netdata/health.d/vllm.conf").read_text()
+    current: dict[str, str] = {}
+    for line in text.splitlines():
+        if ":" in line and not line.lstrip().startswith("#"):
+            key, value = (part.strip() for part in line.split(":", 1))
+            if key == "template":
+                current = out.setdefault(value, {})
+            current[key] = value
+    return out
+
+
+def test_the_state_alarms_read_verdict_words_and_starting_is_never_down():
+    """Issue 17 part 4: each vllm.state alarm reads one dimension the collector sends; `starting` raises none."""
+    state = {a: spec["lookup"].split(" of ")[-1] for a, spec in alarms().items() if spec["on"] == "vllm.state"}
+    assert set(state.values()) <= {charts.word_id(w) for w in WORDS}, state
+    assert state["vllm_down"] == "down" and "starting" not in state.values()

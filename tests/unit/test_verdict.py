@@ -137,7 +137,7 @@ def test_idle_probe_unanswered_and_no_progress_is_stalling_then_stuck_over_readi
     assert (done.word, done.code) == ("stalling", WARNING) and "probe went unanswered" in done.text
     # 60 s later: idle-looking again, probed again, unanswered again: 2 readings but only 71 s < 120 s
     v2 = assess(done.memory, reading(eng()), S, T0 + 60)
-    assert (v2.word, v2.action) == ("idle", "probe")
+    assert (v2.word, v2.action) == ("stalling", "probe")  # not probed: the last probe's word stands
     done2 = after_probe(v2, ProbeOutcome(NO_ANSWER, 10, "timed out"), reading(eng()), S, T0 + 71)
     assert (done2.word, done2.code) == ("stalling", WARNING)
     v3 = assess(done2.memory, reading(eng()), S, T0 + 130)
