@@ -204,6 +204,12 @@ class Scenario:
         return "".join(service(n, self.url, self.state_dir, self.restart, self.log, by_port=by_port, **self.extra)
                        for n in names)
 
+    def restart_service(self, name: str) -> str:
+        """The shipped restart service for this server: check_vllm_restart --status, the same EventCommand."""
+        text = service(name, self.url, self.state_dir, self.restart, self.log, **self.extra)
+        return text.replace('check_command = "vllm"', 'check_command = "vllm-restart-status"').replace(
+            "max_check_attempts = 3", "max_check_attempts = 1")
+
     def handler_lines(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
 
@@ -224,11 +230,16 @@ def icinga(tmp_path_factory):
         "stuck": Scenario(root, "stuck", "stuck", "revive", vllm_restart_cooldown=20),
         # dead, and the restart does not help: circuit breaker after 2
         "dead": Scenario(root, "dead", None, "noop", vllm_restart_cooldown=1, vllm_restart_max_per_hour=2),
+        # frozen while its service is already CRITICAL for a threshold: only the restart service's state
+        # changes when the proof arrives (issue 22 class 6)
+        "masked": Scenario(root, "masked", "stuck", "revive", vllm_restart_cooldown=30, vllm_waiting_critical="0",
+                           vllm_stuck_seconds="6"),  # proven well after the threshold made it HARD CRITICAL
     }
     # "stuck" builds its URL from the host address and vllm_port (the shipped defaults), "stuck-twin"
     # names it in vllm_url: the check and the handler of both must agree on one server.
     services = (sc["busy"].services("busy", by_port=True) + sc["stuck"].services("stuck", by_port=True)
-                + sc["stuck"].services("stuck-twin") + sc["dead"].services("dead"))
+                + sc["stuck"].services("stuck-twin") + sc["dead"].services("dead") + sc["masked"].services("masked")
+                + sc["masked"].restart_service("masked-restart"))
     ic = Icinga2(root, plugins, services)
     yield from serve(ic, sc, root, "icinga2 daemon -C", t0, TIMINGS)
 
@@ -236,7 +247,7 @@ def icinga(tmp_path_factory):
 def test_icinga2_validates_the_shipped_definitions(icinga):
     out = icinga.validated
     assert "Finished validating the configuration file(s)" in out
-    assert "Instantiated 1 EventCommand." in out and "Instantiated 4 Services." in out, out[-2000:]
+    assert "Instantiated 1 EventCommand." in out and "Instantiated 6 Services." in out, out[-2000:]
     assert "critical/" not in out and "warning/config" not in out.lower(), out[-2000:]
 
 
@@ -330,3 +341,27 @@ def test_a_dead_server_stops_being_restarted_when_the_circuit_breaker_trips(icin
     words = [r["output"] for r in icinga.results_of("dead")]
     assert any("starting" in o for o in words), words
     assert icinga.service("dead")["state"] == 2
+
+
+def test_a_server_that_freezes_under_a_critical_threshold_is_restarted_by_the_restart_service(icinga):
+    """The main service is HARD CRITICAL for -c 0 (waiting requests) before the engine is proven stuck: no
+    state change follows the proof, so its event handler is never called on it. The restart service's state
+    is the handler's decision: it turns CRITICAL when the restart is due, and its call restarts, once."""
+    s = icinga.scenarios["masked"]
+    with Timer("icinga2 masked stuck -> restart service"):
+        wait_for("the restart through the restart service", lambda: count_lines(s.counter) >= 1, 120,
+                 diag=lambda: icinga.diag() + "\n" + s.diag())
+        time.sleep(4)  # no second restart may follow (cooldown 30 s)
+    assert count_lines(s.counter) == 1, s.diag()
+    lines = s.handler_lines()
+    restarted = [ln for ln in lines if ": restarted: verdict 'stuck'" in ln]
+    assert len(restarted) == 1 and " CRITICAL HARD attempt 1:" in restarted[0], "\n".join(lines)  # the restart service's
+    main = icinga.results_of("masked")
+    words = [r["output"].split(" - ", 1)[1].split(":", 1)[0] if " - " in r["output"] else "" for r in main]
+    first_stuck = words.index("stuck")
+    assert all(r["state"] == 2 for r in main[:first_stuck + 1]), list(zip(words, [r["state"] for r in main],
+                                                                          strict=True))
+    status = [r["output"] for r in icinga.results_of("masked-restart")]
+    assert any(o.startswith("VLLM_RESTART CRITICAL - due: verdict 'stuck'") for o in status), status
+    assert any(o.startswith("VLLM_RESTART OK - nothing to restart") for o in status), status
+
