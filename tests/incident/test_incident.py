@@ -392,45 +392,6 @@ def test_3_dead_engine_down_one_restart_recovered(world: World):
     assert all(r["state"] == 0 for r in w.results(t_ok)), [verdict_of(r) for r in w.results(t_ok)]
 
 
-# --------------------------------------------------------------------------- 3b. an operator's restart
-
-
-def test_3b_operator_restart_is_starting_never_restarted(world: World):
-    w = world
-    sup = w.sup
-    last = w.history()[-1]
-    # past the cooldown and the marker's grace: only the host's process can say "starting" now, and a
-    # HARD CRITICAL would be restarted at once
-    settle = last["done"] + max(COOLDOWN, CHECK_VARS["vllm_start_grace"]) + 2
-    time.sleep(max(0.0, settle - time.time()))
-    restarts0, pid_old = len(w.restarts()), sup.pid()
-    t_restart = w.enter("operator-restart")
-    w.event("an operator runs `supervisorctl restart vllm` (not the handler)")
-    done = sup.ctl("restart", "vllm", timeout=180)
-    assert done.returncode == 0, done.stdout + done.stderr
-    health = sup.wait_healthy(240)
-    t_health = time.time()
-    w.event("vLLM answers /health 200 again", t_health)
-    ok = first_ok_after(w, t_health, 120)
-    w.enter("after-operator-restart")
-    spawned = [at for at, text in w.supervisord_events() if at >= t_restart - 1 and "spawned: 'vllm'" in text]
-    assert spawned, w.supervisord_events()[-5:]
-    # from the new process's spawn to its first answer: the load (before it, the old one was stopping:
-    # a refused port of a process that served is "down", SOFT for the few seconds a graceful stop takes)
-    results, lines = _through_a_load(w, spawned[0] + 1, t_health)
-    stopping = w.results(t_restart, spawned[0] + 1)
-    rec = phase_record(w, "operator restart", load_seconds=t_health - spawned[0], checks=len(results),
-                       while_stopping=[verdict_of(r) for r in stopping],
-                       verdicts=[verdict_of(r) for r in results], first_ok=ok["output"][:100],
-                       ours=len(w.restarts()) - restarts0, pids=(pid_old, sup.pid()), health=health)
-    print(f"operator restart: {rec}")
-    assert len(results) >= 3 and any(r["hard"] for r in results), rec
-    assert all(r["state"] == 1 and word_of(r["output"]) == "starting" for r in results), rec["verdicts"]
-    assert not any(r["state"] == 2 and r["hard"] for r in stopping), rec["while_stopping"]
-    assert len(w.restarts()) == restarts0, w.handler_lines()
-    assert sup.pid() != pid_old
-
-
 # --------------------------------------------------------------------------- 4. the end
 
 
