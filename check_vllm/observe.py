@@ -108,7 +108,7 @@ class _Calls:
 
 def observe(
     client: httpx.Client, endpoint: Endpoint, memory: Memory, settings: Settings, options: Options, *,
-    deadline: float = math.inf, marker: float | None = None, now: Callable[[], Instant | float] = clock.now,
+    deadline: float = math.inf, marker: Instant | None = None, now: Callable[[], Instant | float] = clock.now,
     sleep: Callable[[float], None] = time.sleep, doing: Callable[[str], None] = lambda what: None,
     may_probe: Callable[[], bool] = lambda: True,
 ) -> Observation:
@@ -126,7 +126,7 @@ def observe(
     return seen._replace(verdict=seen.verdict._replace(memory=carried))
 
 
-def _silence(calls: _Calls, memory: Memory, failure: Failure, settings: Settings, marker: float | None = None) -> Verdict:
+def _silence(calls: _Calls, memory: Memory, failure: Failure, settings: Settings, marker: Instant | None = None) -> Verdict:
     """A run without a reading, judged (imported here: a run that got its reading never loads that judge);
     the host is asked for the server's process only then, and only when it could be a witness."""
     from check_vllm.judge.silence import assess_failure
@@ -139,7 +139,7 @@ def _silence(calls: _Calls, memory: Memory, failure: Failure, settings: Settings
     return assess_failure(memory, failure, settings, calls.now(), marker, witness)
 
 
-def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: float | None,
+def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: Instant | None,
               sleep: Callable[[float], None], may_probe: Callable[[], bool]) -> Observation:
     """Read, judge, and read again or probe as the verdict asks."""
     options, deadline, now = calls.options, calls.deadline, calls.now

@@ -98,6 +98,20 @@ class Instant(NamedTuple):
     boot: str | None = None
 
 
+def elapsed(since: Instant, now: Instant) -> float | None:
+    """Seconds from `since` to `now`, or None when no clock spans both (another boot)."""
+    if since.mono is not None and now.mono is not None and since.boot and now.boot:
+        return now.mono - since.mono if since.boot == now.boot else None
+    return now.wall - since.wall
+
+
+def seconds_between(since: Instant, now: Instant) -> float:
+    """As elapsed, but across a reboot on the wall clock, the only one that spans both: for the age of a
+    restart (its marker, the cooldown), which a reboot does not end, unlike a stall's proof."""
+    lapse = elapsed(since, now)
+    return now.wall - since.wall if lapse is None else lapse
+
+
 class Streak(NamedTuple):
     """A condition (no progress, no answer) that has held since `since` over `readings` readings."""
 
@@ -143,6 +157,12 @@ class ServerProcess(NamedTuple):
     def identity(self) -> str:
         return f"{self.started.boot or ''}:{self.pid}:{self.start_ticks}"
 
+    @staticmethod
+    def pid_in(identity: str) -> str:
+        """The PID an identity names, read where its format is written ("?" when it is not one)."""
+        parts = identity.split(":")
+        return parts[1] if len(parts) == 3 else "?"
+
 
 class Witness(NamedTuple):
     """What the host said of the server's process: the process, none (None), or why it cannot say."""
@@ -159,6 +179,21 @@ class Starts(NamedTuple):
     since: Instant
     #: ServerProcess.identity of the newest one seen.
     last: str
+
+
+class Stopping(NamedTuple):
+    """A server process that served and now refuses connections: since when, and which process."""
+
+    since: Instant
+    #: ServerProcess.identity.
+    process: str
+    #: The first run that found it exited (None: not yet). The next process must appear within
+    #: Settings.respawn_grace of that, or nothing listening is down.
+    gone: Instant | None = None
+
+    @property
+    def pid(self) -> str:
+        return ServerProcess.pid_in(self.process)
 
 
 class Memory(NamedTuple):
@@ -179,6 +214,8 @@ class Memory(NamedTuple):
     whole_page: Instant | None = None
     #: Server processes seen starting since the server last served (the host's witness).
     starts: Starts | None = None
+    #: Since when the process that served refuses connections (the host's witness).
+    stopping: Stopping | None = None
 
 
 # --------------------------------------------------------------------------- the verdict

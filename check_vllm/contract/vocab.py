@@ -27,6 +27,9 @@ UNRESPONSIVE = "unresponsive"
 NO_METRICS = "no metrics"
 PROXY = "proxy"
 STARTING = "starting"
+#: The server's process served and still lives, but refuses connections: vLLM closes its listener first
+#: when it stops (an operator's restart, a deploy) and may take a while to exit.
+STOPPING = "stopping"
 #: The monitoring side cannot reach the server (DNS, TLS): a restart cannot fix it, so it is UNKNOWN.
 UNREACHABLE = "unreachable"
 #: The peer at the URL does not speak HTTP (an https port behind an http:// URL, a header past the client's
@@ -57,8 +60,9 @@ VERDICTS = (
     Word(RESTARTED, (OK,), False, "new server process: new baseline, counters of two processes never compared"),
     Word(SLEEPING, (OK,), False, "vllm:engine_sleep_state says asleep"),
     Word(DOWN, (CRITICAL,), True, "connection refused: nothing listens at the URL; or not serving --start-grace "
-                                  "after its process started; or a crash loop (processes starting in turn, none "
-                                  "serving); or its API server says the engine died"),
+                                  "after its process started; or refusing --stop-grace after it served; or a crash "
+                                  "loop (processes starting in turn, none serving); or its API server says the "
+                                  "engine died"),
     Word(UNRESPONSIVE, (WARNING, CRITICAL), True, "/metrics timed out or answered 5xx; CRITICAL once it lasts as "
                                                   "long as stuck needs"),
     Word(NO_METRICS, (WARNING, CRITICAL), False, "no usable /metrics; /v1/models answers, even 4xx (CRITICAL if "
@@ -67,6 +71,9 @@ VERDICTS = (
                                                 "redirects (the handler restarts on it only with --proxy)"),
     Word(STARTING, (WARNING,), False, "not serving yet, and its process younger than --start-grace "
                                       "(whoever started it)"),
+    Word(STOPPING, (WARNING,), False, "connection refused, but its process served and still lives, or has "
+                                      "just exited (for one more look) with no other started yet: a graceful "
+                                      "stop (a restart, a deploy); down after --stop-grace"),
     Word(UNREACHABLE, (UNKNOWN,), False, "DNS lookup or TLS handshake failed: the monitoring side cannot reach it "
                                          "(resolver, CA bundle, certificate, scheme); never restarted"),
     Word(BALANCER, (WARNING,), False, "/metrics comes from more than one server process in turn: the URL is a "
@@ -82,7 +89,7 @@ WORDS = tuple(w.word for w in VERDICTS)
 ENGINE_RANK = (STUCK, STALLING, BUSY, IDLE, SLEEPING)
 #: Engine words that judge work present (a stall streak belongs to these).
 WORKING = (BUSY, STALLING, STUCK)
-#: Verdicts a restart can cure, when CRITICAL. "stalling" and "starting" are not proof.
+#: Verdicts a restart can cure, when CRITICAL. "stalling", "starting" and "stopping" are not proof.
 RESTARTABLE = tuple(w.word for w in VERDICTS if w.restartable)
 
 
@@ -140,6 +147,14 @@ class Settings(NamedTuple):
     #: A server process younger than this that has not served yet (or, seen from another host, one that
     #: check_vllm_restart restarted this long ago) is "starting", not "down".
     start_grace: float = 900.0
+    #: A server process that served and now refuses connections while it lives is "stopping" this long
+    #: (vLLM closes its listener before it drains and exits), then "down": a live process whose listener
+    #: died is not a stop.
+    stop_grace: float = 120.0
+    #: ...and once it has exited, the next process must appear within this many seconds of the first run that
+    #: found it gone, or at the run after (a restart's stop-to-start gap is about a second): an engine that
+    #: died and took its API server down with it, gracefully, is down, not a stop for the whole --stop-grace.
+    respawn_grace: float = 10.0
     #: This many distinct server processes seen starting, none of which served: a crash loop ("down").
     crash_starts: int = 3
 
@@ -167,6 +182,9 @@ class Options(NamedTuple):
 RUN_TIMEOUT = 30.0
 #: Seconds to wait for another run (or handler call) holding the same target's lock.
 LOCK_TIMEOUT = 10.0
+#: Seconds a TCP connection (and TLS handshake) may take; the Netdata collector, which reads every tick
+#: and has no -t, gives a whole request as long.
+CONNECT_TIMEOUT = 5.0
 
 SETTINGS = Settings()
 OPTIONS = Options()

@@ -50,6 +50,7 @@ from check_vllm.judge.compare import (
     comparable,
     continues,
     gauges,
+    identified,
     moved_engines,
     progressed,
     rates,
@@ -112,8 +113,9 @@ def new_process(memory: Memory, reading: Reading, why: str, settings: Settings, 
     older = base is not None and base.reading.process_start is not None and reading.process_start is not None \
         and reading.process_start < base.reading.process_start - START_TOLERANCE
     gap = elapsed(before.at, now) if before is not None else None
+    # counters alone are no identity: a new process soon passes a fresh page's counters (multiprocess mode)
     resumed = before is not None and gap is not None and 0 <= gap <= settings.max_age \
-        and continues(before.reading, reading)
+        and identified(before.reading, reading) and continues(before.reading, reading)
     if older or resumed:
         text = wording.balancer("a process older than the one before" if older else "the process seen before")
         return finish(new, BALANCER, WARNING, text, g, now, engines={n: BALANCER for n in reading.engines})
@@ -209,7 +211,7 @@ def _repeat(memory: Memory, reading: Reading, gap: float, now: Instant) -> Verdi
 def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | float) -> Verdict:
     """Judge a fresh /metrics reading against the memory of the previous run."""
     now = instant(now)
-    memory = memory._replace(unresponsive=None, starts=None)  # /metrics answered: the server serves
+    memory = memory._replace(unresponsive=None, starts=None, stopping=None)  # /metrics answered: it serves
     g = gauges(reading)
     base = memory.baseline
     gap = None

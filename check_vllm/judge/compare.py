@@ -65,6 +65,16 @@ def continues(prev: Reading, cur: Reading) -> bool:
     return all(x is None for x in identities)
 
 
+def identified(prev: Reading, cur: Reading) -> bool:
+    """Both pages name their process (start time, or a counter's `_created` in an engine both have): only
+    then can one say that `cur` comes from the process of `prev`, rather than from a new one whose counters
+    have passed a fresh page's (multiprocess mode has neither)."""
+    if prev.process_start is not None and cur.process_start is not None:
+        return True
+    return any(prev.engines[n].created is not None and e.created is not None
+               for n, e in cur.engines.items() if n in prev.engines)
+
+
 def allowance(probe: Footprint | None) -> dict[str, float]:
     """What one probe of p prompt and c generated tokens can move: at most c+1 steps, one finished request."""
     if probe is None:

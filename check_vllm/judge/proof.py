@@ -8,15 +8,10 @@ same boot, so a wall-clock step can neither make nor hide a stall. Pure.
 
 from __future__ import annotations
 
-from check_vllm.contract.values import Instant, Streak
+from check_vllm.contract.values import Instant, Streak, elapsed
 from check_vllm.contract.vocab import Settings
 
-
-def elapsed(since: Instant, now: Instant) -> float | None:
-    """Seconds from `since` to `now`, or None when no clock spans both (another boot)."""
-    if since.mono is not None and now.mono is not None and since.boot and now.boot:
-        return now.mono - since.mono if since.boot == now.boot else None
-    return now.wall - since.wall
+__all__ = ["elapsed", "extend", "instant", "lasted", "proven"]
 
 
 def extend(streak: Streak | None, start: Instant, now: Instant) -> Streak:

@@ -19,8 +19,10 @@ from check_vllm.contract.values import (
     Memory,
     ServerProcess,
     Starts,
+    Stopping,
     Verdict,
     Witness,
+    seconds_between,
 )
 from check_vllm.contract.vocab import (
     CRITICAL,
@@ -30,6 +32,7 @@ from check_vllm.contract.vocab import (
     PROTOCOL,
     PROXY,
     STARTING,
+    STOPPING,
     UNKNOWN,
     UNREACHABLE,
     UNRESPONSIVE,
@@ -53,16 +56,16 @@ def _silent(memory: Memory, word: str, detail: str, settings: Settings, now: Ins
                   None, now, stalled=lasted(streak, now))
 
 
-def _since_marker(marker: float | None, memory: Memory, now: Instant, settings: Settings) -> float | None:
+def _since_marker(marker: Instant | None, memory: Memory, now: Instant, settings: Settings) -> float | None:
     """Seconds since check_vllm_restart restarted the server, within the start-up grace, and only until
     the check has seen the restarted server serve: one that dies again after that is down, not starting.
     What a check knows of a start when the host is no witness (a remote URL)."""
     if marker is None:
         return None
-    served = memory.baseline is not None and memory.baseline.at.wall > marker
+    served = memory.baseline is not None and seconds_between(marker, memory.baseline.at) > 0
     if served:
         return None
-    since = now.wall - marker
+    since = seconds_between(marker, now)
     return since if 0.0 <= since <= settings.start_grace else None
 
 
@@ -93,14 +96,50 @@ def _loading(memory: Memory, process: ServerProcess, detail: str, settings: Sett
     return finish(memory, DOWN, CRITICAL, wording.never_served(process, age, settings.start_grace, detail), None, now)
 
 
+def _stopping(memory: Memory, saved: Stopping | None, process: ServerProcess, detail: str, settings: Settings,
+              now: Instant) -> Verdict:
+    """A process that served and still lives refuses connections: vLLM closes its listener first when it
+    stops (an operator's restart, a deploy) and may take a while to drain and exit. Stopping within the
+    grace, counted from the first refusal of this process; down after it (a listener dead under a live
+    process is no stop, and a restart cures it)."""
+    if saved is None or saved.process != process.identity:
+        saved = Stopping(now, process.identity)
+    memory = memory._replace(stopping=saved._replace(gone=None))
+    span = max(elapsed(saved.since, now) or 0.0, 0.0)
+    if span <= settings.stop_grace:
+        return finish(memory, STOPPING, WARNING, wording.stopping(process, span, settings.stop_grace, detail),
+                      None, now)
+    return finish(memory, DOWN, CRITICAL, wording.stopped_too_long(process, span, settings.stop_grace, detail),
+                  None, now)
+
+
+def _stop_goes_on(memory: Memory, saved: Stopping | None, detail: str, settings: Settings,
+                  now: Instant) -> Verdict | None:
+    """The stopping process has exited and no other has started yet: a restart (supervisorctl, a deploy)
+    is between its stop and its start, so the stop goes on within the same grace from the first refusal, for
+    the run that first finds it gone and within Settings.respawn_grace of that run. None when no stop was seen
+    or either is over: then nothing listening is down (an engine that died took its API server down with it)."""
+    if saved is None:
+        return None
+    gone = saved.gone if saved.gone is not None else now
+    saved = saved._replace(gone=gone)
+    span, gap = elapsed(saved.since, now), elapsed(gone, now)
+    if span is None or gap is None or not 0.0 <= span <= settings.stop_grace \
+            or not 0.0 <= gap <= settings.respawn_grace:
+        return None
+    return finish(memory._replace(stopping=saved), STOPPING, WARNING,
+                  wording.stopping_exited(saved.pid, span, settings.stop_grace, detail), None, now)
+
+
 def assess_failure(memory: Memory, failure: Failure, settings: Settings, now: Instant | float,
-                   restart_marker: float | None = None, witness: Witness | None = None) -> Verdict:
+                   restart_marker: Instant | float | None = None, witness: Witness | None = None) -> Verdict:
     """Judge a run in which /metrics gave no reading (or proxy mode, which never reads it).
 
     `witness` is what this host saw of the server's process (None: the host is no witness, a remote URL):
     a process that has not served yet is starting, whoever started it; no process at all is down."""
     now = instant(now)
     kind, detail = failure.kind, failure.detail
+    stopping, memory = memory.stopping, memory._replace(stopping=None)
     streaking = kind == UNRESPONSIVE or (kind in (PROXY, NO_METRICS) and failure.models == UNRESPONSIVE)
     if not streaking:
         memory = memory._replace(unresponsive=None)
@@ -120,9 +159,16 @@ def assess_failure(memory: Memory, failure: Failure, settings: Settings, now: In
         process = witness.process if witness is not None else None
         if process is not None and not _served_since(memory, process):
             return _loading(memory, process, detail, settings, now)
+        if process is not None and kind == DOWN:
+            return _stopping(memory, stopping, process, detail, settings, now)
+        seen_gone = kind == DOWN and witness is not None and not witness.error  # the host says: no process
+        held = _stop_goes_on(memory, stopping, detail, settings, now) if seen_gone else None
+        if held is not None:
+            return held
         if witness is not None and witness.error:
             detail = f"{detail}; server process unknown: {witness.error}"
-        since = _since_marker(restart_marker, memory, now, settings)  # no process seen: what the handler knows
+        marker = instant(restart_marker) if restart_marker is not None else None
+        since = _since_marker(marker, memory, now, settings)  # no process seen: what the handler knows
         if since is not None:
             return finish(memory, STARTING, WARNING, wording.starting(since, detail), None, now)
     if kind == DOWN:

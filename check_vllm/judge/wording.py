@@ -118,6 +118,21 @@ def never_served(process: ServerProcess, age: float, grace: float, detail: str) 
             f"{detail})")
 
 
+def stopping(process: ServerProcess, span: float, grace: float, detail: str) -> str:
+    return (f"{_named(process)} served and still lives, refusing for {seconds(span)} (grace {seconds(grace)}; "
+            f"{detail})")
+
+
+def stopping_exited(pid: str, span: float, grace: float, detail: str) -> str:
+    return (f"vLLM process {pid} served, stopped and exited, no new process yet; refusing for {seconds(span)} "
+            f"(grace {seconds(grace)}; {detail})")
+
+
+def stopped_too_long(process: ServerProcess, span: float, grace: float, detail: str) -> str:
+    return (f"refusing {seconds(span)} while {_named(process)} lives (it served; stop grace {seconds(grace)}; "
+            f"{detail})")
+
+
 def crash_loop(count: float, span: float, process: ServerProcess, detail: str) -> str:
     return (f"crash loop: {count:g} vLLM processes started in {seconds(span)}, none has served "
             f"(newest {process.pid}; {detail})")

@@ -3,7 +3,7 @@
 A piece that is missing, hand-edited or from a foreign file comes back as None (or empty): the run
 then takes a new baseline for that piece instead of guessing. The JSON shape is version 1 of the
 state file (check_vllm.memory.statefile.VERSION): keys reading, previous, stall, unresponsive, unanswered,
-probe, verdict, whole_page, starts. Keys are only ever added: a reader ignores the keys it does not know, and
+probe, verdict, whole_page, starts, stopping. Keys are only ever added: a reader ignores the keys it does not know, and
 a key it misses reads as "nothing known", so files of older and newer check_vllm read both ways.
 Times are wall-clock seconds, with the boot-time clock beside them ("mono", "boot") where the writer
 had it; a file without them (an older check_vllm) still reads, on the wall clock.
@@ -11,10 +11,10 @@ had it; a file without them (an older check_vllm) still reads, on the wall clock
 
 from __future__ import annotations
 
-import math
 from types import MappingProxyType
 from typing import Any
 
+from check_vllm.contract.numbers import finite
 from check_vllm.contract.values import (
     Baseline,
     EngineReading,
@@ -24,22 +24,12 @@ from check_vllm.contract.values import (
     Reading,
     Remembered,
     Starts,
+    Stopping,
     Streak,
 )
 from check_vllm.contract.vocab import state_of
 
 _ENGINE_FIELDS = frozenset(EngineReading._fields)
-
-
-def finite(value: Any) -> float | None:
-    """A finite float from anything JSON can hold, else None."""
-    if isinstance(value, bool):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer too big for a float
-        return None
-    return out if math.isfinite(out) else None
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -59,13 +49,13 @@ def _engine(raw: Any) -> EngineReading | None:
         if k == "asleep":
             if not isinstance(v, bool):
                 return None
-        elif isinstance(v, bool) or not isinstance(v, (int, float)) or finite(v) is None or abs(v) > 2.0**53:
+        elif finite(v) is None:
             return None
         known[k] = v
     return EngineReading(**known)
 
 
-def _instant(raw: dict[str, Any], key: str) -> Instant | None:
+def instant_of(raw: dict[str, Any], key: str) -> Instant | None:
     wall = finite(raw.get(key))
     if wall is None:
         return None
@@ -75,7 +65,7 @@ def _instant(raw: dict[str, Any], key: str) -> Instant | None:
     return Instant(wall, mono, boot[:64])
 
 
-def _instant_json(at: Instant, key: str) -> dict[str, Any]:
+def instant_json(at: Instant, key: str) -> dict[str, Any]:
     out: dict[str, Any] = {key: at.wall}
     if at.mono is not None and at.boot:
         out.update(mono=at.mono, boot=at.boot)
@@ -84,7 +74,7 @@ def _instant_json(at: Instant, key: str) -> dict[str, Any]:
 
 def _baseline(raw: Any) -> Baseline | None:
     raw = _dict(raw)
-    at = _instant(raw, "at")
+    at = instant_of(raw, "at")
     engines_raw = raw.get("engines")
     if at is None or not isinstance(engines_raw, dict) or not engines_raw:
         return None
@@ -102,7 +92,7 @@ def _baseline(raw: Any) -> Baseline | None:
 
 def _streak(raw: Any) -> Streak | None:
     raw = _dict(raw)
-    since, count = _instant(raw, "since"), finite(raw.get("count"))
+    since, count = instant_of(raw, "since"), finite(raw.get("count"))
     return Streak(since, count) if since is not None and count is not None and count >= 0 else None
 
 
@@ -112,6 +102,14 @@ def _starts(raw: Any) -> Starts | None:
     if streak is None or not isinstance(last, str) or not last:
         return None
     return Starts(min(streak.readings, 1e6), streak.since, last[:200])
+
+
+def _stopping(raw: Any) -> Stopping | None:
+    raw = _dict(raw)
+    since, process = instant_of(raw, "since"), raw.get("process")
+    if since is None or not isinstance(process, str) or not process:
+        return None
+    return Stopping(since, process[:200], instant_of(_dict(raw.get("gone")), "at"))
 
 
 def _footprint(raw: Any) -> Footprint | None:
@@ -145,8 +143,9 @@ def from_json(data: Any) -> Memory:
         unanswered=_streak(data.get("unanswered")),
         probe=_footprint(data.get("probe")),
         last=remembered(data.get("verdict")),
-        whole_page=_instant(_dict(data.get("whole_page")), "since"),
+        whole_page=instant_of(_dict(data.get("whole_page")), "since"),
         starts=_starts(data.get("starts")),
+        stopping=_stopping(data.get("stopping")),
     )
 
 
@@ -158,12 +157,12 @@ def _engine_json(e: EngineReading) -> dict[str, Any]:
 
 
 def _streak_json(s: Streak) -> dict[str, Any]:
-    return {**_instant_json(s.since, "since"), "count": s.readings}
+    return {**instant_json(s.since, "since"), "count": s.readings}
 
 
 def _baseline_json(b: Baseline) -> dict[str, Any]:
     r = b.reading
-    return {**_instant_json(b.at, "at"), "process_start": r.process_start, "model": r.model,
+    return {**instant_json(b.at, "at"), "process_start": r.process_start, "model": r.model,
             "engines": {n: _engine_json(e) for n, e in r.engines.items()}}
 
 
@@ -181,9 +180,14 @@ def to_json(memory: Memory) -> dict[str, Any]:
     if memory.probe is not None:
         out["probe"] = memory.probe._asdict()
     if memory.whole_page is not None:
-        out["whole_page"] = _instant_json(memory.whole_page, "since")
+        out["whole_page"] = instant_json(memory.whole_page, "since")
     if memory.starts is not None:
         out["starts"] = {**_streak_json(Streak(memory.starts.since, memory.starts.seen)), "last": memory.starts.last}
+    if memory.stopping is not None:
+        stop = memory.stopping
+        out["stopping"] = {**instant_json(stop.since, "since"), "process": stop.process}
+        if stop.gone is not None:
+            out["stopping"]["gone"] = instant_json(stop.gone, "at")
     if memory.last is not None:
         last = memory.last
         out["verdict"] = {"word": last.word, "state": last.code, "text": last.text, "at": last.at,

@@ -4,9 +4,10 @@ read by the check, which then reads a server that does not serve yet as starting
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
+from check_vllm.contract.values import Instant, seconds_between
+from check_vllm.memory.codec import instant_json, instant_of
 from check_vllm.memory.statefile import (
     MAX_BYTES,
     StateError,
@@ -29,9 +30,15 @@ def marker_path(state_dir: Path, url: str, legacy: bool = False) -> Path:
 RESTART_IN_PROGRESS_MAX = 1200.0
 
 
-def load_marker(path: Path) -> tuple[float | None, str | None]:
-    """Wall-clock time of the last restart the handler made (or None), and what was wrong with the
-    marker when there is one it cannot use. The handler's next restart replaces it."""
+def marker_json(at: Instant, **fields: object) -> dict[str, object]:
+    """The marker's JSON: the restart's time on the wall clock, with the boot-time clock beside it, so a
+    wall-clock step while the model loads neither ends nor stretches the start-up grace."""
+    return {**instant_json(at, "restarted_at"), **fields}
+
+
+def load_marker(path: Path, now: Instant) -> tuple[Instant | None, str | None]:
+    """When the handler last restarted the server (or None), and what was wrong with the marker when
+    there is one it cannot use. The handler's next restart replaces it."""
     try:
         fd = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)  # a planted FIFO must not block us
     except FileNotFoundError:
@@ -44,16 +51,16 @@ def load_marker(path: Path) -> tuple[float | None, str | None]:
     if isinstance(raw, OSError):
         return None, f"restart marker unreadable ({raw.strerror}); ignored"
     doc = parse_json(raw) if len(raw) <= MAX_BYTES else None
-    at = doc.get("restarted_at") if isinstance(doc, dict) else None
-    if isinstance(at, bool) or not isinstance(at, (int, float)):
+    at = instant_of(doc, "restarted_at") if isinstance(doc, dict) else None
+    if at is None or not isinstance(doc, dict):
         return None, "restart marker corrupt; ignored"
-    if isinstance(doc, dict) and doc.get("in_progress") is True and 0 <= time.time() - at < RESTART_IN_PROGRESS_MAX:
+    if doc.get("in_progress") is True and 0 <= seconds_between(at, now) < RESTART_IN_PROGRESS_MAX:
         # the handler's restart command is still running: the server is being restarted now, whatever the
         # check saw since the command began (a frozen server answers /metrics until it is stopped)
-        return time.time(), None
-    return float(at), None
+        return now, None
+    return at, None
 
 
-def read_marker(path: Path) -> float | None:
-    """Wall-clock time of the last restart the handler made, or None."""
-    return load_marker(path)[0]
+def read_marker(path: Path, now: Instant) -> Instant | None:
+    """When the handler last restarted the server, or None."""
+    return load_marker(path, now)[0]

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from check_vllm.contract.numbers import finite
 from check_vllm.contract.vocab import LOCK_TIMEOUT
 from check_vllm.memory.target import canonical_url
 
@@ -213,15 +214,15 @@ def _not_json_number(text: str) -> Any:
 
 
 def _bounded_int(text: str) -> int:
-    if len(text) > 30:  # ours are times and counts below 2**53; a longer one would overflow float()
+    if len(text) > 30:  # ours are within numbers.LARGEST; a longer one would overflow float()
         raise ValueError("integer too long")
     return int(text)
 
 
 def _finite_float(text: str) -> float:
-    value = float(text)
-    if value != value or value in (float("inf"), float("-inf")):  # 1e999 parses as inf
-        raise ValueError(f"{text[:20]} is not a finite number")
+    value = finite(float(text))  # 1e999 parses as inf
+    if value is None:
+        raise ValueError(f"{text[:20]} is not a number we could have written")
     return value
 
 

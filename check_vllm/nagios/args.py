@@ -47,8 +47,22 @@ def check_url(url: str, option: str = "--url") -> None:
     except (httpx.InvalidURL, ValueError, TypeError) as err:
         raise UsageError(f"{hint}: {str(err).replace(url, shown)}") from None
     if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise UsageError(hint)
+        port = _bad_port(url)
+        raise UsageError(f"{hint}: Invalid port: {port!r}" if port else hint)
     if parsed.port is not None and not 0 < parsed.port < 65536:
         raise UsageError(f"{hint}: port {parsed.port} is out of range")
     if any(c in parsed.host for c in "%/\\ ") or parsed.host != parsed.host.strip("."):
         raise UsageError(f"{hint}: {parsed.host!r} is not a host name")
+
+
+def _bad_port(url: str) -> str | None:
+    """The port part of the URL's authority when it is no number, in httpx's own split (host up to the
+    first colon, unless bracketed). httpx 0.28 says so itself; Debian 12's 0.23 parses such a URL into
+    one without a host, and the operator would not learn which part was wrong."""
+    authority = url.partition("://")[2].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0].rpartition("@")[2]
+    if authority.startswith("["):
+        _, _, rest = authority.partition("]")
+        port = rest[1:] if rest.startswith(":") else None
+    else:
+        port = authority.partition(":")[2] or None
+    return port if port and not port.isdigit() else None

@@ -81,6 +81,9 @@ def parser() -> argparse.ArgumentParser:
                    help="a server that is not serving yet while its process is younger than S seconds (seen "
                         "from another host: S seconds after check_vllm_restart restarted it) is starting "
                         "(WARNING), not down (default: %(default)g)")
+    d.add_argument("--stop-grace", type=number(float), default=SETTINGS.stop_grace, metavar="S",
+                   help="a server whose process served and still lives but refuses connections is stopping "
+                        "(WARNING: a graceful stop, a restart) for S seconds, then down (default: %(default)g)")
     d.add_argument("--max-age", type=number(float), default=SETTINGS.max_age, metavar="S",
                    help="a previous reading older than this is no baseline; must be longer than the check "
                         "interval and than --stuck-seconds, --min-gap and --reread-delay (default: %(default)g)")
@@ -172,9 +175,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
     started = time.monotonic()
     statusline.prepare()  # LC_ALL=C or PYTHONIOENCODING=ascii: a model id in another script must not crash the output
     # httpcore imports trio (when installed) and anyio for async support this one-shot, synchronous
-    # process never uses: ~50 ms, a third of a whole run. Mark them absent before the URL
-    # check imports httpx, unless already loaded.
-    for name in ("trio", "anyio"):
+    # process never uses: ~50 ms, a third of a whole run; httpx's own command line (httpx._main, optional
+    # in every release) pulls in rich and click where installed, as Debian 12's python3-httpx has them:
+    # ~70 ms more there. Mark them absent before the URL check imports httpx, unless already loaded.
+    for name in ("trio", "anyio", "httpx._main"):
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     try:
         args = parser().parse_args(argv)
@@ -207,7 +211,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
             endpoint=Endpoint(args.url, api_key=api_key, ca_file=args.ca_file, insecure=args.insecure),
             settings=Settings(stuck_readings=args.stuck_readings, stuck_seconds=args.stuck_seconds,
                               min_gap=args.min_gap, max_age=args.max_age,
-                              start_grace=args.start_grace),
+                              start_grace=args.start_grace, stop_grace=args.stop_grace),
             options=Options(proxy=args.proxy, probe=not args.no_probe, model=args.model,
                             probe_timeout=args.probe_timeout, reread_delay=args.reread_delay,
                             pid_file=args.pid_file, pid_command=args.pid_command),

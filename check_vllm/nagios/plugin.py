@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import nagiosplugin
 from nagiosplugin.performance import Performance
 
+from check_vllm.contract.numbers import finite
 from check_vllm.contract.values import Verdict
 from check_vllm.contract.vocab import CRITICAL, LOCK_TIMEOUT, OK, PERFDATA, UNKNOWN, WARNING, Options, Settings
 from check_vllm.memory import codec as memory
@@ -17,6 +18,7 @@ from check_vllm.memory.marker import load_marker, marker_path
 from check_vllm.memory.statefile import StateBusy, StateError, check_file
 from check_vllm.nagios import statusline
 from check_vllm.observe import observe
+from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint
 
 _STATES = {OK: nagiosplugin.Ok, WARNING: nagiosplugin.Warn, CRITICAL: nagiosplugin.Critical,
@@ -24,9 +26,10 @@ _STATES = {OK: nagiosplugin.Ok, WARNING: nagiosplugin.Warn, CRITICAL: nagiosplug
 
 def number(value: float | None) -> str:
     """Perfdata values per the plugin guidelines: plain decimals or U, never nan/inf/exponents."""
-    if value is None or value != value or value in (float("inf"), float("-inf")):
+    value = finite(value)
+    if value is None:
         return "U"
-    if float(value).is_integer():
+    if value.is_integer():
         return str(int(value))
     return f"{value:.3f}".rstrip("0").rstrip(".") if abs(value) < 10 else f"{value:.1f}"
 
@@ -76,7 +79,7 @@ class Server(nagiosplugin.Resource):
             unsaved = unsaved or _blind(store.unwritable())
             if unsaved:  # a baseline this run cannot replace would compare the server's past, not its present
                 remembered = memory.from_json({})
-            marker, marker_note = load_marker(marker_path(run.state_dir, run.endpoint.url))
+            marker, marker_note = load_marker(marker_path(run.state_dir, run.endpoint.url), clock.now())
             self.state_note = "; ".join(filter(None, (note, marker_note)))
             with run.endpoint.client() as client:
                 verdict = observe(client, run.endpoint, remembered, run.settings, run.options,

@@ -3,14 +3,16 @@
 Schedulers keep the first line of a plugin's output (Nagios cuts it at 4 KB; a web UI shows it raw):
 text from the server (a model id, a label value, an error body, an exception text) must not forge a
 second line, colour a terminal, split the perfdata off at a `|`, or push the perfdata out of the line.
-The wording layers cap what they quote; this bounds the whole line, in the bytes stdout will write.
+The wording layers cap what they quote; the character rule is contract.safe_text's; this bounds the
+whole line, in the bytes stdout will write.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import TextIO
+
+from check_vllm.contract.safe_text import one_line
 
 #: The whole first line (status + perfdata) stays below this many bytes.
 LINE_BYTES = 1024
@@ -18,9 +20,6 @@ LINE_BYTES = 1024
 TEXT_BYTES = 700
 #: What a cut text ends with, so an operator sees it was cut.
 CUT = "..."
-
-# C0 and C1 controls, DEL, and the Unicode line/paragraph separators and bidi overrides a UI may honour.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]+")
 
 
 def prepare(stream: TextIO | None = None) -> None:
@@ -46,16 +45,9 @@ def size(text: str, encoding: str | None = None) -> int:
         return len(text.encode("utf-8", errors="backslashreplace"))
 
 
-def clean(text: str, pipe: bool = True) -> str:
-    """One line: control characters become a space, `|` (the perfdata separator) becomes `/` (unless
-    `pipe` is False: a log line has no perfdata)."""
-    text = _CONTROL.sub(" ", str(text))
-    return " ".join((text.replace("|", "/") if pipe else text).split())
-
-
 def fit(text: str, budget: int = TEXT_BYTES, encoding: str | None = None, pipe: bool = True) -> str:
     """`text` cleaned, and cut to `budget` bytes of stdout with a visible "..." when longer."""
-    text = clean(text, pipe)
+    text = one_line(text, pipe)  # the one character rule; this module adds the bound in bytes
     encoding = encoding or _encoding()
     if size(text, encoding) <= budget:
         return text

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from check_vllm.contract.safe_text import without_userinfo
+from check_vllm.contract.safe_text import one_line, without_userinfo
 from check_vllm.contract.values import Reading, Verdict
 from check_vllm.contract.vocab import WORDS
 
@@ -80,8 +80,9 @@ def charts_for(job: Job) -> tuple[Chart, ...]:
 
 
 def _q(text: str) -> str:
-    """A protocol word: quoted, with the characters the parser would choke on removed."""
-    return "'" + re.sub(r"['\"\\\r\n]", "", text)[:200] + "'"
+    """A protocol word: one line (the rule of every text we show), quoted, without the quotes and
+    backslashes the plugins.d parser would choke on."""
+    return "'" + re.sub(r"['\"\\]", "", one_line(text, pipe=False))[:200] + "'"
 
 
 def engine_id(engine: str) -> str:

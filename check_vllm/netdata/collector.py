@@ -23,8 +23,9 @@ from typing import TextIO
 
 import httpx
 
+from check_vllm.contract.safe_text import one_line
 from check_vllm.contract.values import Instant, Memory, Reading, Verdict
-from check_vllm.contract.vocab import Options, Settings
+from check_vllm.contract.vocab import CONNECT_TIMEOUT, SETTINGS, Options, Settings
 from check_vllm.observe import observe
 from check_vllm.server.fetch import Endpoint
 
@@ -38,7 +39,7 @@ IN_PROCESS = "in-process"
 def log(message: str) -> None:
     """One line to stderr, which Netdata appends to its error.log."""
     try:
-        sys.stderr.write(f"vllm.plugin: {message}\n")
+        sys.stderr.write(f"vllm.plugin: {one_line(message, pipe=False)}\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
@@ -53,12 +54,12 @@ class JobCollector:
         say: Callable[[str], None] = log,
     ) -> None:
         self.job = job
-        self.endpoint = Endpoint(job.url, api_key=job.api_key, connect_timeout=min(job.timeout, 5.0))
+        self.endpoint = Endpoint(job.url, api_key=job.api_key, connect_timeout=min(job.timeout, CONNECT_TIMEOUT))
         self.client = client or self.endpoint.client()
         self.wall, self.mono, self.say = wall, mono, say
         # A comparison needs a gap; at update_every 1 it must not be longer than the tick itself.
         self.settings = Settings(stuck_readings=job.stuck_readings, stuck_seconds=job.stuck_seconds,
-                                 min_gap=min(2.0, 0.5 * job.update_every))
+                                 min_gap=min(SETTINGS.min_gap, 0.5 * job.update_every))
         # The next tick reads again anyway: never sleep for a second reading inside one.
         self.options = Options(proxy=job.proxy, probe=job.probes, model=job.model, probe_timeout=job.probe_timeout,
                                metrics_timeout=job.timeout, reread=False)

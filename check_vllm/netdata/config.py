@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from check_vllm.contract.vocab import OPTIONS, SETTINGS
+from check_vllm.contract.vocab import CONNECT_TIMEOUT, OPTIONS, SETTINGS
 
 CONF_NAME = "vllm.conf"
 DEFAULT_CONFIG_DIR = "/etc/netdata"
@@ -43,7 +43,7 @@ class Job:
     probe_every: float = 60.0
     probe_timeout: float = OPTIONS.probe_timeout
     #: Per-request timeout for /metrics and /v1/models; a slow server delays only its own job.
-    timeout: float = 5.0
+    timeout: float = CONNECT_TIMEOUT
     api_key: str | None = None
     model: str | None = None
 

@@ -19,13 +19,15 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 from check_vllm.contract.safe_text import without_userinfo
-from check_vllm.contract.values import Remembered
+from check_vllm.contract.values import Instant, Remembered
+from check_vllm.contract.vocab import Settings
 from check_vllm.memory import codec as memory
-from check_vllm.memory.marker import marker_path, read_marker
+from check_vllm.memory.marker import marker_json, marker_path, read_marker
 from check_vllm.memory.statefile import (
     StateBusy,
     StateError,
@@ -40,14 +42,16 @@ from check_vllm.restart.command import run_command
 from check_vllm.restart.history import (
     HISTORY_KEEP,
     bring_back,
-    counted_from,
     history_file,
     load_history,
     output_path,
+    restart_times,
+    stamp,
 )
 from check_vllm.restart.options import PROG, parse
-from check_vllm.restart.policy import HOUR, Decision, Event, Policy, decide, screen
+from check_vllm.restart.policy import Decision, Event, Policy, decide, screen, this_hour
 from check_vllm.restart.starting import still_loading
+from check_vllm.server import clock as clocks
 
 # --------------------------------------------------------------------------- command line
 
@@ -58,12 +62,12 @@ class Logger:
         self.log_file = log_file
 
     def __call__(self, decision: str, why: str, event: Event | None = None) -> None:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         where = f" {event.service_state} {event.state_type}" if event else ""
         if event and event.attempt is not None:
             where += f" attempt {event.attempt}"
         # One line, whatever the state file's verdict text or the command's output held.
-        line = statusline.fit(f"{stamp} {PROG}[{os.getpid()}] {self.url}{where}: {decision}: {why}", 4000, "utf-8",
+        line = statusline.fit(f"{when} {PROG}[{os.getpid()}] {self.url}{where}: {decision}: {why}", 4000, "utf-8",
                               pipe=False)
         line = line.encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates from JSON
         print(line, flush=True)
@@ -77,7 +81,7 @@ class Logger:
 
 
 def handle(args: argparse.Namespace, event: Event, command: list[str], log: Logger,
-           clock: Any = time.time) -> int:
+           clock: Callable[[], Instant] = clocks.now) -> int:
     state_dir = Path(args.state_dir) if args.state_dir else default_dir()
     url = args.url.rstrip("/")
     # Cheap exits first: most calls are OK or SOFT results and need neither lock nor files.
@@ -112,7 +116,7 @@ def handle(args: argparse.Namespace, event: Event, command: list[str], log: Logg
 
 
 def weigh(args: argparse.Namespace, event: Event, history: StateFile, state_dir: Path, url: str,
-          now: float) -> tuple[Decision, Remembered | None, list[dict[str, Any]]]:
+          at: Instant) -> tuple[Decision, Remembered | None, list[dict[str, Any]]]:
     """The decision on what the files and the host say now (the history lock held): the handler's, and
     --status's, which reports it without acting."""
     policy = Policy(cooldown=args.cooldown, max_per_hour=args.max_per_hour,
@@ -120,19 +124,20 @@ def weigh(args: argparse.Namespace, event: Event, history: StateFile, state_dir:
     data, problem = check_file(state_dir, url, args.proxy).load()
     saved = memory.from_json(data)
     verdict = saved.last
+    now = at.wall
     entries, hist_problem = load_history(history)
-    stepped = bring_back(entries, now)
+    stepped = bring_back(entries, at)
     if stepped:
         hist_problem = "; ".join(filter(None, (hist_problem, stepped)))
         try:
             history.save({"restarts": entries})
         except StateError as err:
             hist_problem = f"{hist_problem} (not saved: {err})"
-    times = [counted_from(e) for e in entries]
-    decision = decide(event, verdict, problem, times, policy, now)
+    decision = decide(event, verdict, problem, restart_times(entries, at), policy, now)
     if decision.act and verdict is not None:  # never on a start the check could not see yet
-        loading = still_loading(url, saved, verdict.word, args.start_grace, args.pid_file, args.pid_command,
-                                read_marker(marker_path(state_dir, url)))
+        lifecycle = Settings(start_grace=args.start_grace, stop_grace=args.stop_grace)
+        loading = still_loading(url, saved, verdict.word, lifecycle, args.pid_file, args.pid_command,
+                                read_marker(marker_path(state_dir, url), at))
         if loading:
             decision = Decision(False, f"verdict {verdict.word!r}, but the server is {loading}", "refuse")
     if hist_problem:  # said whether or not it acts: the guards decided on what was left of the history
@@ -142,15 +147,15 @@ def weigh(args: argparse.Namespace, event: Event, history: StateFile, state_dir:
 
 def _restart(args: argparse.Namespace, event: Event, command: list[str], log: Logger, decision: Decision,
              word: str | None, entries: list[dict[str, Any]], history: StateFile, state_dir: Path,
-             url: str, now: float, clock: Any) -> int:
+             url: str, at: Instant, clock: Callable[[], Instant]) -> int:
     # Record the attempt before running it: a restart that hangs or kills us still counts for the
     # cooldown and the circuit breaker. The marker tells the check "starting" while it loads.
-    entry = {"at": now, "verdict": word, "command": command[0], "rc": None}
+    entry = {**stamp(at), "verdict": word, "command": command[0], "rc": None}
     entries = [*entries, entry][-HISTORY_KEEP:]
     marker = marker_path(state_dir, url)
     try:
         history.save({"restarts": entries})
-        write_json(marker, {"restarted_at": now, "by": PROG, "verdict": word, "in_progress": True})
+        write_json(marker, marker_json(at, by=PROG, verdict=word, in_progress=True))
     except (StateError, OSError) as err:
         log("no restart", f"{decision.why}, but the restart history cannot be written ({err}); "
                           "not restarting without a record", event)
@@ -159,18 +164,17 @@ def _restart(args: argparse.Namespace, event: Event, command: list[str], log: Lo
     rc, tail = run_command(command, args.command_timeout, output_path(state_dir, url))
     took = time.monotonic() - started
     done = clock()
-    entry.update(rc=rc, seconds=round(took, 3), done=done)
+    entry.update(rc=rc, seconds=round(took, 3), **stamp(done, "done"))
     try:
         history.save({"restarts": entries})
     except StateError as err:
         print(f"{PROG}: restart history not updated: {err}", file=sys.stderr)
     if rc == 0:
         try:  # the start-up grace counts from the end of the restart: the model loads after it
-            write_json(marker, {"restarted_at": done, "by": PROG, "verdict": word})
+            write_json(marker, marker_json(done, by=PROG, verdict=word))
         except OSError as err:
             print(f"{PROG}: restart marker not updated: {err.strerror}", file=sys.stderr)
-    recent = sum(1 for e in entries if 0 <= clock() - float(e["at"]) < HOUR)
-    count = f"restart {recent} of at most {args.max_per_hour} this hour"
+    count = f"restart {this_hour(restart_times(entries, done), done.wall)} of at most {args.max_per_hour} this hour"
     if rc == 0:
         log("restarted", f"{decision.why}; ran {command[0]} in {took:.1f} s ({count})", event)
         return 0

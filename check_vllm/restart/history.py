@@ -6,10 +6,11 @@ is always valid whatever the file held; the cooldown and the circuit breaker cou
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
+from check_vllm.contract.numbers import finite
+from check_vllm.contract.values import Instant
 from check_vllm.memory.marker import marker_path
 from check_vllm.memory.statefile import StateFile, legacy_key, target_key
 from check_vllm.restart.policy import CLOCK_SLACK
@@ -38,22 +39,12 @@ def output_path(state_dir: Path, url: str) -> Path:
     return m.with_name(m.name.replace(".restart.json", ".restart-output.log"))
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        out = float(value)
-    except OverflowError:
-        return None
-    return out if math.isfinite(out) else None
-
-
 def _entry(raw: Any) -> dict[str, Any] | None:
     """One restart of the history rebuilt from the fields it uses, each of the right type; None when it
     has no usable time. What is saved back is then always valid, whatever the file held."""
     if not isinstance(raw, dict):
         return None
-    at = _number(raw.get("at"))
+    at = finite(raw.get("at"))
     if at is None:
         return None
     rc = raw.get("rc")
@@ -63,11 +54,24 @@ def _entry(raw: Any) -> dict[str, Any] | None:
         "command": raw["command"][:200] if isinstance(raw.get("command"), str) else "",
         "rc": rc if isinstance(rc, int) and not isinstance(rc, bool) and abs(rc) < 1 << 31 else None,
     }
-    for key in ("seconds", "done"):
-        value = _number(raw.get(key))
+    for key in ("seconds", "done", "mono"):
+        value = finite(raw.get(key))
         if value is not None:
             entry[key] = value
+    if "mono" in entry and isinstance(raw.get("boot"), str) and raw["boot"]:
+        entry["boot"] = raw["boot"][:64]
+    else:
+        entry.pop("mono", None)
     return entry
+
+
+def stamp(at: Instant, key: str = "at") -> dict[str, Any]:
+    """An entry's time: `key` on the wall clock, and the boot-time clock of that moment beside it ("mono",
+    "boot": always of the moment the restart counts from, the latest of "at" and "done")."""
+    out: dict[str, Any] = {key: at.wall}
+    if at.mono is not None and at.boot:
+        out.update(mono=at.mono, boot=at.boot)
+    return out
 
 
 def load_history(store: StateFile) -> tuple[list[dict[str, Any]], str | None]:
@@ -84,18 +88,29 @@ def load_history(store: StateFile) -> tuple[list[dict[str, Any]], str | None]:
     return entries[-HISTORY_KEEP:], problem
 
 
-def counted_from(entry: dict[str, Any]) -> float:
-    """When a restart counts: from when its command finished, if it did (a verdict written while the old
-    process was being stopped is still a verdict about the old process)."""
-    return max(entry["at"], entry.get("done", entry["at"]))
+def counted_from(entry: dict[str, Any], now: Instant | None = None) -> float:
+    """When a restart counts, on `now`'s wall clock: from when its command finished, if it did (a verdict
+    written while the old process was being stopped is still a verdict about the old process). Measured
+    back from `now` on the boot-time clock when the entry has one of this boot, so a wall-clock step lets
+    no cooldown pass early and holds none back."""
+    wall = max(entry["at"], entry.get("done", entry["at"]))
+    if now is not None and now.mono is not None and entry.get("boot") == now.boot and "mono" in entry:
+        return now.wall - (now.mono - entry["mono"])
+    return wall
 
 
-def bring_back(entries: list[dict[str, Any]], now: float) -> str | None:
+def restart_times(entries: list[dict[str, Any]], now: Instant | None = None) -> list[float]:
+    """The history as the cooldown and the circuit breaker count it (on `now`'s clocks)."""
+    return [counted_from(e, now) for e in entries]
+
+
+def bring_back(entries: list[dict[str, Any]], at: Instant) -> str | None:
     """Restarts dated in the future (the clock stepped back since they were written) are dated `now`,
     in place: the cooldown and the breaker then count them from the moment the step was seen. Left as
     they were, they would refuse every restart until the clock caught up, hours for a large step.
     Says what it changed, or None."""
-    ahead = max((counted_from(e) - now for e in entries), default=0.0)
+    now = at.wall
+    ahead = max((counted_from(e, at) - now for e in entries), default=0.0)
     if ahead <= CLOCK_SLACK:
         return None
     for e in entries:

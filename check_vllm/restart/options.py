@@ -33,7 +33,9 @@ def parser() -> argparse.ArgumentParser:
     )
     e = p.add_argument_group("event (from the scheduler)")
     e.add_argument("--state", help="$service.state$ / $SERVICESTATE$: OK, WARNING, CRITICAL, UNKNOWN")
-    e.add_argument("--state-type", metavar="TYPE", help="$service.state_type$ / $SERVICESTATETYPE$: SOFT or HARD")
+    e.add_argument("--state-type", metavar="TYPE", help="$service.state_type$ / $SERVICESTATETYPE$: SOFT or HARD; "
+                                                        "with --status, the main service's (a restart waits for "
+                                                        "HARD; empty or unset: HARD)")
     e.add_argument("--attempt", type=number(int, 1), metavar="N", help="$service.check_attempt$ / $SERVICEATTEMPT$ (logged)")
     e.add_argument("--service-downtime", type=_depth, default=0, metavar="N",
                    help="$service.downtime_depth$ / $SERVICEDOWNTIME$: above 0, no restart")
@@ -45,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("-u", "--url", required=True, help="the vLLM base URL given to check_vllm")
     t.add_argument("--state-dir", metavar="DIR", help="the --state-dir given to check_vllm (same default)")
     t.add_argument("--proxy", action="store_true", help="the check runs with --proxy")
-    starting.options(t, SETTINGS.start_grace)
+    starting.options(t, SETTINGS)
     g = p.add_argument_group("guards")
     g.add_argument("--cooldown", type=number(float, 0), default=DEFAULT.cooldown, metavar="S",
                    help="no restart within S seconds of the last one: time to load the model (default %(default)g)")
@@ -74,21 +76,27 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Event, list[str]]:
     else:
         command = []
     args = parser().parse_args(argv)
-    if args.status:  # the restart service's check: the event it reports on is "CRITICAL HARD now"
+    if args.status:  # the restart service's check: "if the main service were CRITICAL now", in its state type
         check_url(args.url)
-        return args, _event(args, "CRITICAL", "HARD"), command
+        return args, _event(args, "CRITICAL", _state_type((args.state_type or "").strip() or "HARD")), command
     if args.state is None or args.state_type is None:
         raise UsageError("--state and --state-type are required (or --status)")
     state = _STATES.get(args.state.strip().upper())
     if state is None:
         raise UsageError(f"--state must be OK, WARNING, CRITICAL or UNKNOWN (or 0-3), not {args.state!r}")
-    state_type = _TYPES.get(args.state_type.strip().upper())
-    if state_type is None:
-        raise UsageError(f"--state-type must be SOFT or HARD (or 0/1), not {args.state_type!r}")
+    state_type = _state_type(args.state_type)
     check_url(args.url)
     if not command or not command[0]:
         raise UsageError("no restart command: give it after --, e.g. -- sudo systemctl restart vllm")
     return args, _event(args, state, state_type), command
+
+
+def _state_type(text: str) -> str:
+    """SOFT or HARD from the scheduler's word or number (0/1)."""
+    state_type = _TYPES.get(text.strip().upper())
+    if state_type is None:
+        raise UsageError(f"--state-type must be SOFT or HARD (or 0/1), not {text!r}")
+    return state_type
 
 
 def _event(args: argparse.Namespace, state: str, state_type: str) -> Event:

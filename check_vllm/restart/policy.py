@@ -83,13 +83,19 @@ def decide(event: Event, verdict: Remembered | None, problem: str | None, restar
     if last is not None and now - last < policy.cooldown:
         return Decision(False, f"verdict {word!r}, but the last restart was {now - last:.0f} s ago "
                                f"(cooldown {policy.cooldown:g} s)", "refuse")
-    recent = [t for t in restarts if 0 <= now - t < HOUR]
-    if len(recent) >= policy.max_per_hour:
-        return Decision(False, f"verdict {word!r}, but circuit breaker open: {len(recent)} restarts in the last "
+    recent = this_hour(restarts, now)
+    if recent >= policy.max_per_hour:
+        return Decision(False, f"verdict {word!r}, but circuit breaker open: {recent} restarts in the last "
                                f"hour (--max-per-hour {policy.max_per_hour}); a restart does not cure this "
                                f"server, a human must look", "refuse")
     return Decision(True, f"verdict {word!r} ({verdict.text}) {age:.0f} s old, service CRITICAL HARD",
                     "restart")
+
+
+def this_hour(restarts: Sequence[float], now: float) -> int:
+    """The restarts the circuit breaker counts (times from history.restart_times): the handler's log says
+    "restart N of at most M" with this same count."""
+    return sum(1 for t in restarts if 0 <= now - t < HOUR)
 
 
 def screen(event: Event) -> Decision | None:

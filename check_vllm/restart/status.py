@@ -5,14 +5,15 @@ is already HARD CRITICAL for another reason (a --kv-critical threshold) when the
 calls it again, nor does one whose restart the cooldown refused. A service whose state is the handler's
 own decision changes exactly when a restart becomes due: OK (nothing to restart), WARNING (a restart is
 held back by the cooldown, the circuit breaker, a downtime...), CRITICAL (due now). Its event handler is
-then called at that moment and decides the same way, because both run `weigh`. It reads only local files
-(and /proc): it costs the vLLM server nothing.
+then called at that moment and decides the same way, because both run `weigh`. Given the main service's
+state type (`--state-type`), a restart due while that is SOFT is held back: its max_check_attempts confirms
+a problem for the restart service too. It reads only local files (and /proc): it costs the vLLM server nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,16 @@ from check_vllm.memory.statefile import StateBusy, StateError, default_dir
 from check_vllm.nagios import statusline
 from check_vllm.restart.history import history_file
 from check_vllm.restart.policy import Event, screen
+from check_vllm.server import clock as clocks
 
 LABEL = "VLLM_RESTART"
 
 
-def report(args: argparse.Namespace, event: Event, weigh: Any, clock: Any = time.time) -> int:
+def report(args: argparse.Namespace, event: Event, weigh: Any, clock: Any = clocks.now) -> int:
     """Print one plugin line for the decision the handler would take now; return its exit code."""
     state_dir = Path(args.state_dir) if args.state_dir else default_dir()
     url = args.url.rstrip("/")
+    soft, event = event.state_type != "HARD", replace(event, state_type="HARD")
     early = screen(event)
     if early is not None:  # a downtime or an acknowledgement holds any restart back
         return _say(WARNING, f"held back: {early.why}")
@@ -43,6 +46,10 @@ def report(args: argparse.Namespace, event: Event, weigh: Any, clock: Any = time
         decision, _, _ = weigh(args, event, history, state_dir, url, clock())
     finally:
         history.unlock()
+    if decision.act and soft:  # the main service's max_check_attempts is a guard too: it confirms the problem
+        attempt = f", attempt {event.attempt}" if event.attempt is not None else ""
+        return _say(WARNING, f"held back: the main service is CRITICAL SOFT{attempt}, a restart waits for its HARD "
+                             f"state ({decision.why})")
     if decision.act:
         return _say(CRITICAL, f"due: {decision.why}")
     if decision.kind == "refuse":

@@ -12,10 +12,8 @@ raises anything else.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import ssl
-import threading
 import time
 import unicodedata
 import zlib
@@ -25,6 +23,8 @@ from typing import Any, NamedTuple
 import httpx
 
 from check_vllm.contract.safe_text import clean, without_userinfo
+from check_vllm.contract.vocab import CONNECT_TIMEOUT
+from check_vllm.server.watchdog import Watchdog
 
 DEFAULT_MAX_BYTES = 8 << 20  # a real /metrics page is ~55 KB; 8 data-parallel engines ~0.5 MB
 
@@ -64,7 +64,7 @@ class Endpoint(NamedTuple):
     api_key: str | None = None
     ca_file: str | None = None
     insecure: bool = False
-    connect_timeout: float = 5.0
+    connect_timeout: float = CONNECT_TIMEOUT
     max_bytes: int = DEFAULT_MAX_BYTES
 
     @property
@@ -158,51 +158,6 @@ def _decoded(resp: httpx.Response, where: str, cap: int) -> Iterator[bytes]:
                                      f"({received} bytes, the {encoding} stream is cut short)", resp.status_code)
 
 
-#: Seconds past a request's deadline before its watchdog cuts it; well within the second the check's
-#: run keeps between its last request and its own alarm.
-WATCHDOG_GRACE = 0.25
-
-
-class _Watchdog:
-    """Ends an exchange at its deadline. httpx's read timeout restarts with every chunk, so a server that
-    drips its answer (headers or body) outlasts any timeout and the run's own alarm fires first, leaving no
-    verdict and no streak. At the deadline a timer thread shuts the connection down: the blocked read
-    returns at once and the exchange reads as the time-out it is."""
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline, self.fired, self.answered = deadline, False, False
-        self._fd: int | None = None
-        # a little after the deadline: where httpx's own read timeout applies, its clearer message wins
-        self._timer = threading.Timer(max(deadline - time.monotonic(), 0.0) + WATCHDOG_GRACE, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def trace(self, event: str, info: dict[str, Any]) -> None:
-        """httpcore's trace extension: a new connection's socket, as soon as it exists."""
-        if event == "connection.connect_tcp.complete":
-            self.watch(info.get("return_value"))
-
-    def watch(self, stream: Any) -> None:
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if sock is not None:
-            self._fd = sock.fileno()
-            if self.fired:
-                self._fire()
-
-    def _fire(self) -> None:
-        self.fired = True
-        if self._fd is None or self._fd < 0:
-            return
-        try:  # on a duplicate: the TLS object of the reading thread is left alone, the connection is not
-            with socket.socket(fileno=os.dup(self._fd)) as dup:
-                dup.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-
-
 def request(
     client: httpx.Client, endpoint: Endpoint, method: str, path: str, timeout: float,
     body: dict[str, Any] | None = None, auth: bool = False,
@@ -218,7 +173,7 @@ def request(
     limits = httpx.Timeout(timeout, connect=min(endpoint.connect_timeout, timeout))
     started = time.monotonic()
     where = f"{method} {path}"
-    watch = _Watchdog(started + timeout)
+    watch = Watchdog(started + timeout)
     try:
         try:
             req = client.build_request(method, url, headers=headers, content=content, timeout=limits,
@@ -265,7 +220,7 @@ def _unsent(where: str, endpoint: Endpoint, err: Exception) -> str:
     return f"{where} could not be sent from here ({why}); nothing reached the server"
 
 
-def _failed(err: Exception, where: str, endpoint: Endpoint, timeout: float, watch: _Watchdog) -> FetchError:
+def _failed(err: Exception, where: str, endpoint: Endpoint, timeout: float, watch: Watchdog) -> FetchError:
     """The FetchError for an exchange that raised."""
     if isinstance(err, httpx.ConnectTimeout):
         return FetchError("timeout", f"{where}: no connection within {min(endpoint.connect_timeout, timeout):.1f} s")

@@ -6,9 +6,9 @@ histograms we never look at, and filtering lines first makes parsing ~10x cheape
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
+from check_vllm.contract.numbers import finite
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import COUNTER_FIELDS, PROGRESS_FIELDS, EngineReading, Reading
 from check_vllm.server.promtext import Sample, sample
@@ -55,15 +55,6 @@ def _wanted(line: str) -> bool:
     return line[:end] in WANTED
 
 
-#: Beyond 2**53 a float no longer counts in ones: no request gauge or token counter gets there honestly.
-_LARGEST = float(1 << 53)
-
-
-def _number(value: float) -> float | None:
-    """Prometheus allows NaN and +Inf; neither (nor an absurd magnitude) is a usable count or gauge."""
-    return value if math.isfinite(value) and abs(value) <= _LARGEST else None
-
-
 class _Collected(NamedTuple):
     values: dict[str, dict[str, float]]
     created: dict[str, float]
@@ -77,7 +68,7 @@ def _collect(samples: list[Sample]) -> _Collected:
     out = _Collected({}, {}, {}, None, None)
     process_start, model = None, None
     for name, labels, raw in samples:
-        value = _number(raw)
+        value = finite(raw)  # Prometheus allows NaN and +Inf: neither is a usable count or gauge
         if name == _START:
             process_start = value
             continue

@@ -1,0 +1,147 @@
+"""check_vllm_agent's command line: HAProxy's agent-check answered from check_vllm's verdicts.
+
+Exit codes: 0 after SIGTERM or SIGINT, 1 when it cannot listen, 2 for bad usage (a daemon, not a plugin).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import NoReturn
+
+from check_vllm import __version__
+from check_vllm.contract.vocab import OPTIONS, SETTINGS
+from check_vllm.nagios.args import Parser, UsageError, check_url, number
+
+from . import reply
+
+PROG = "check_vllm_agent"
+DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_LISTEN = "127.0.0.1:5555"
+#: HAProxy's own agent-inter default is 2 s: one reading per HAProxy connection, however many balancers.
+DEFAULT_INTERVAL = 2.0
+DEFAULT_PROBE_EVERY = 60.0
+DEFAULT_TIMEOUT = 5.0
+
+
+def epilog() -> str:
+    """The reply of every verdict and state, from the one table (check_vllm.haproxy.reply.TABLE)."""
+    lines = ["replies (verdict, state -> what HAProxy is told; then '#' and the verdict's text):"]
+    lines += [f"  {word:<13} {state:<9} {words}" for word, state, words in reply.rows()]
+    lines += ["", "A connection never causes a request to the backend: it gets the latest verdict, judged every "
+              "--interval.", "The idle probe (one 1-token completion) is sent only when /metrics shows no work, "
+              "at most once per --probe-every.", "Exit codes: 0 stopped by SIGTERM/SIGINT, 1 cannot listen, 2 bad "
+              "usage. The API key is read from $VLLM_API_KEY or --api-key-file."]
+    return "\n".join(lines) + "\n"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = Parser(prog=PROG, description="Answer HAProxy's agent-check for a vLLM backend: drain at a first sign, "
+               "down only on proof.", epilog=epilog(),
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = p.add_argument_group("backend")
+    s.add_argument("-u", "--url", default=DEFAULT_URL, help="the vLLM server beside this agent (default: %(default)s)")
+    s.add_argument("--api-key-file", metavar="FILE", help="file holding the API key on its first line "
+                   "(else $VLLM_API_KEY)")
+    s.add_argument("--pid-file", metavar="FILE", help="the server's pid file, where its command line cannot tell")
+    s.add_argument("--pid-command", metavar="CMD", help="a command that prints the server's pid")
+    a = p.add_argument_group("agent")
+    a.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help="address for HAProxy's agent-port ([::1]:PORT for IPv6; default: %(default)s)")
+    a.add_argument("--interval", type=number(float, 0.5), default=DEFAULT_INTERVAL, metavar="S",
+                   help="seconds between two readings of /metrics; about HAProxy's agent-inter (default: %(default)g)")
+    a.add_argument("--timeout", type=number(float, 0.1), default=DEFAULT_TIMEOUT, metavar="S",
+                   help="per request to the backend; longer is unresponsive (default: %(default)g)")
+    d = p.add_argument_group("decision (the check's)")
+    d.add_argument("--stuck-readings", type=number(int, 1), default=SETTINGS.stuck_readings, metavar="N",
+                   help="comparisons without progress before stuck (default: %(default)s)")
+    d.add_argument("--stuck-seconds", type=number(float), default=SETTINGS.stuck_seconds, metavar="S",
+                   help="and seconds without progress before stuck (default: %(default)g)")
+    d.add_argument("--start-grace", type=number(float), default=SETTINGS.start_grace, metavar="S",
+                   help="a process younger than this that does not serve yet is starting, not down "
+                        "(default: %(default)g)")
+    pr = p.add_argument_group("idle probe")
+    pr.add_argument("--probe-every", type=number(float, 1), default=DEFAULT_PROBE_EVERY, metavar="S",
+                    help="at most one 1-token probe per S seconds, only when idle (default: %(default)g)")
+    pr.add_argument("--probe-timeout", type=number(float, 0.1), default=OPTIONS.probe_timeout, metavar="S",
+                    help="seconds the probe may take (default: %(default)g)")
+    pr.add_argument("--no-probe", action="store_true", help="never send a completion; idle is judged on /metrics")
+    pr.add_argument("--model", help="model to probe (default: the model_name in /metrics)")
+    p.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
+    return p
+
+
+def _api_key(path: str | None) -> str | None:
+    import os
+
+    from check_vllm.server.fetch import unsendable
+
+    if path:
+        try:
+            with open(path, encoding="utf-8-sig") as fh:
+                key = fh.readline().strip()
+        except (OSError, UnicodeDecodeError) as err:
+            raise UsageError(f"cannot read --api-key-file: {getattr(err, 'strerror', None) or err}") from None
+    else:
+        key = os.environ.get("VLLM_API_KEY") or ""
+    problem = unsendable(key)
+    if problem:
+        raise UsageError(f"the API key cannot be sent: {problem}")
+    return key or None
+
+
+def say(message: str) -> None:
+    try:
+        sys.stderr.write(f"{PROG}: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _fail(code: int, message: str) -> NoReturn:
+    say(message)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    from check_vllm.contract.vocab import Options, Settings
+    from check_vllm.server.fetch import Endpoint
+
+    from .listen import AgentServer, parse_listen
+    from .watch import Watch
+
+    try:
+        args = parser().parse_args(argv)
+        check_url(args.url)
+        address = parse_listen(args.listen, int(DEFAULT_LISTEN.rsplit(":", 1)[1]))
+        api_key = _api_key(args.api_key_file)
+    except (UsageError, ValueError) as err:
+        _fail(2, f"usage: {err} (see --help)")
+    endpoint = Endpoint(args.url, api_key=api_key, connect_timeout=min(args.timeout, 5.0))
+    settings = Settings(stuck_readings=args.stuck_readings, stuck_seconds=args.stuck_seconds,
+                        min_gap=min(SETTINGS.min_gap, 0.5 * args.interval), start_grace=args.start_grace)
+    options = Options(probe=not args.no_probe, model=args.model, probe_timeout=args.probe_timeout,
+                      metrics_timeout=args.timeout, reread=False, pid_file=args.pid_file, pid_command=args.pid_command)
+    watch = Watch(endpoint, settings, options, args.interval, args.probe_every, say=say)
+    try:
+        server = AgentServer(address, lambda: watch.answer().line())
+    except OSError as err:
+        _fail(1, f"cannot listen on {args.listen}: {err.strerror or err}")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    watch.judge_safely()  # the first verdict before the first connection: no "no verdict yet" drain at start
+    threading.Thread(target=watch.run, args=(stop, True), name="judge", daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="listen", daemon=True).start()
+    say(f"listening on {args.listen} for {endpoint.shown}, a reading every {args.interval:g} s")
+    while not stop.wait(3600):
+        pass
+    server.shutdown()
+    server.server_close()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

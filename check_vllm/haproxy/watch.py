@@ -1,0 +1,115 @@
+"""The judging loop: one observation every few seconds, the latest answer kept for every connection.
+
+A daemon, not a run per connection: HAProxy connects every agent-inter, once per balancer and per backend
+section that names the server, so a judge per connection would put a /metrics read (and its CPU in the
+vLLM API server) on the backend for each of them, and two balancers would read the counters twice as often
+as the stall rule was tuned for. Here the cadence is the agent's own and a connection costs no I/O at all.
+
+The memory lives in this process, as the Netdata collector's does (check_vllm.netdata.collector): its
+monotonic clock measures the stall across readings; a restarted agent starts with a new baseline, so its
+first verdict on a stalled server is stalling (drain), never stuck.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+import httpx
+
+from check_vllm.contract.values import Instant, Memory, Verdict
+from check_vllm.contract.vocab import Options, Settings
+from check_vllm.netdata.collector import IN_PROCESS, next_slot  # the collector's in-process memory and cadence
+from check_vllm.observe import observe
+from check_vllm.server.fetch import Endpoint
+
+from .reply import NO_VERDICT, Reply, reply_for
+
+
+class Answer(NamedTuple):
+    """What a connection is told: the reply, the verdict it rests on, when (monotonic) it was judged."""
+
+    reply: Reply
+    summary: str
+    at: float
+
+    def line(self) -> str:
+        return self.reply.line(self.summary)
+
+
+class Watch:
+    """One backend's memory, judged every `every` seconds; `answer()` is what a connection gets now."""
+
+    def __init__(self, endpoint: Endpoint, settings: Settings, options: Options, every: float, probe_every: float,
+                 *, say: Callable[[str], None], client: httpx.Client | None = None,
+                 mono: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        self.endpoint, self.settings, self.options = endpoint, settings, options
+        self.every, self.probe_every, self.say = every, probe_every, say
+        self.client = client or endpoint.client()
+        self.mono, self.wall = mono, wall
+        self.memory = Memory()
+        self.last_probe: float | None = None
+        self.probes = 0
+        self.lock = threading.Lock()
+        self._answer = Answer(NO_VERDICT, "no verdict yet: the agent is starting", mono())
+        #: An answer older than this is no verdict: the loop is wedged or dead (each read is bounded by
+        #: its timeout, the probe by its own).
+        self.stale_after = 3 * every + 2 * (options.metrics_timeout or 5.0) + options.probe_timeout
+
+    def _now(self) -> Instant:
+        return Instant(self.wall(), self.mono(), IN_PROCESS)
+
+    def _may_probe(self) -> bool:
+        """Asked only when the server is idle: at most one 1-token probe per probe_every."""
+        if self.last_probe is not None and self.mono() - self.last_probe < self.probe_every:
+            return False
+        self.last_probe = self.mono()
+        self.probes += 1
+        return True
+
+    def judge(self) -> Verdict:
+        """One observation (a GET /metrics; the probe only when idle and due) and the answer it gives."""
+        seen = observe(self.client, self.endpoint, self.memory, self.settings, self.options,
+                       now=self._now, may_probe=self._may_probe)
+        verdict = seen.verdict
+        self.memory = verdict.memory
+        reply = reply_for(verdict.word, verdict.code)
+        with self.lock:
+            before = self._answer.reply
+            self._answer = Answer(reply, verdict.summary, self.mono())
+        if reply != before:
+            self.say(f"{before.name} -> {reply.name}: {verdict.summary}")
+        return verdict
+
+    def answer(self) -> Answer:
+        """The latest answer, or NO_VERDICT when the loop has not judged for stale_after seconds."""
+        with self.lock:
+            got = self._answer
+        age = self.mono() - got.at
+        if age > self.stale_after:
+            return Answer(NO_VERDICT, f"no verdict for {age:.0f} s (last: {got.summary})", got.at)
+        return got
+
+    def judge_safely(self, last_error: str = "") -> str:
+        """judge(), where a bug costs one reading (the answer goes stale), said once; the error's text."""
+        try:
+            self.judge()
+            return ""
+        except Exception as err:  # noqa: BLE001 - the loop must outlive a bug
+            msg = f"reading failed: {err.__class__.__name__}: {err}"
+            if msg != last_error:
+                self.say(msg)
+            return msg
+
+    def run(self, stop: threading.Event, judged: bool = False) -> None:
+        """Judge on the monotonic clock's multiples of `every` until `stop` (`judged`: the first is done)."""
+        last_error = ""
+        while not stop.is_set():
+            if judged:
+                judged = False
+            else:
+                last_error = self.judge_safely(last_error)
+            now = time.monotonic()
+            stop.wait(max(next_slot(now, self.every) - now, 0.0))
