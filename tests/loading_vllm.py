@@ -1,10 +1,12 @@
 """A process that looks like vLLM while it loads its model: `vllm serve tiny --port P` (a script named vllm,
 run by this interpreter) that binds the port and never listens, so every connection is refused, as vLLM's
-are until its engine is built. Shared by the tiers that test the server's life outside the handler's
-restarts (tests/e2e/test_lifecycle.py, tests/monitoring/test_handler_lifecycle.py)."""
+are until its engine is built; and one that serves (the simulator, idle) until SIGTERM, then closes its
+listener and lives on for a while, as vLLM does while it stops. Shared by the tiers that test the server's
+life outside the handler's restarts (tests/e2e/test_lifecycle.py, tests/handler/test_handler_lifecycle.py)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -20,6 +22,23 @@ time.sleep(600)
 """
 
 
+STOPPING = """\
+import signal, sys, threading, time
+from vllm_simulator import Simulator
+sim = Simulator(scenario="idle", port=int(sys.argv[sys.argv.index("--port") + 1])).start()
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+print("serving", flush=True)
+stop.wait()
+sim.set_scenario("dead")  # vLLM's graceful stop: the listener goes first, the process lingers
+print("stopping", flush=True)
+time.sleep(600)
+"""
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -33,14 +52,33 @@ class Loaders:
         self.script = root / "bin" / "vllm"
         self.script.parent.mkdir(parents=True, exist_ok=True)
         self.script.write_text(SCRIPT)
+        self.serving_script = root / "serving" / "vllm"
+        self.serving_script.parent.mkdir(parents=True, exist_ok=True)
+        self.serving_script.write_text(STOPPING)
         self.started: list[subprocess.Popen] = []
 
-    def __call__(self, port: int) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, str(self.script), "serve", "tiny", "--port", str(port)],
-                                stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "bound"
+    def _start(self, script: Path, port: int, ready: str) -> subprocess.Popen:
+        # the serving one imports the simulator, which is in the checkout, not in the installed package
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
+        proc = subprocess.Popen([sys.executable, str(script), "serve", "tiny", "--port", str(port)],
+                                stdout=subprocess.PIPE, text=True, env=env)
         self.started.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == ready
         return proc
+
+    def __call__(self, port: int) -> subprocess.Popen:
+        """A process that is loading: bound, never listening."""
+        return self._start(self.script, port, "bound")
+
+    def serving(self, port: int) -> subprocess.Popen:
+        """A process that serves until `stop(proc)`."""
+        return self._start(self.serving_script, port, "serving")
+
+    @staticmethod
+    def stop(proc: subprocess.Popen) -> None:
+        """SIGTERM, as supervisord or an operator sends it; returns once the listener is closed."""
+        proc.terminate()
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "stopping"
 
     def close(self) -> None:
         for proc in self.started:

@@ -8,7 +8,8 @@ row in the same change that means to change the wording.
 Only numbers that depend on real elapsed time are masked, by ``normalise`` below: rates, how long a stall or an
 unresponsive streak lasted, probe latencies, ages and clock times, what ``-t`` left a read, and the KV-cache
 usage of a busy engine (the simulator moves it with time). Everything else is literal. ``{url}`` and
-``{state}`` in an expected line stand for the simulator's URL and the run's state directory.
+``{state}`` in an expected line stand for the simulator's URL and the run's state directory; ``{server_pid}``
+(in arguments too) for the simulator's process, this one.
 """
 
 from __future__ import annotations
@@ -212,6 +213,17 @@ CASES = [
          "VLLM WARNING - starting: restarted <N> s ago, not serving yet (connection refused ({url})) | "
          + _NO_READING,
          runs=2, before_last="handle"),
+    # the simulator's process (this one) served, then closed its listener and lives on: vLLM's graceful stop
+    Case("stopping", "idle", ("--pid-command", "echo {server_pid}"), WARNING,
+         "VLLM WARNING - stopping: vLLM process {server_pid} (from its pid command) served and still lives, "
+         "refusing for 0.0 s (grace 120 s; connection refused ({url})) | " + _NO_READING,
+         runs=2, before_last="stop"),
+    # ...then exited, and nothing has started in its place yet: a restart between its stop and its start
+    Case("stopping-exited", "idle", ("--pid-file", "{pid_file}"), WARNING, tuple(
+        f"VLLM WARNING - stopping: vLLM process {{server_pid}} served, stopped and exited, no new process yet; "
+        f"refusing for {span} (grace 120 s; connection refused ({{url}})) | " + _NO_READING
+        for span in ("<N> s", "0.0 s")),
+         runs=2, before_last="stop_exit"),
     Case("unresponsive-http-500", "http_500", (), WARNING,
          "VLLM WARNING - unresponsive: /metrics answered HTTP 500 (for 0.0 s, 1 reading in a row) | "
          "kv_cache_usage=U;;;0;100 prompt_tokens_per_second=U;;;0 running=U;;;0 stalled_seconds=0s;;;0 "
@@ -319,10 +331,26 @@ def _older_baseline(sim: Simulator, state: Path) -> None:
     store.save(data)
 
 
+def _pid_file(state: Path) -> Path:
+    """The pid file of the stopping-exited case: this process, the simulator's, until it "exits"."""
+    return state.parent / "vllm.pid"
+
+
+def _stop_then_exit(sim: Simulator, state: Path) -> None:
+    """The server closes its listener (one check sees it stopping), then its process goes: the pid file
+    is removed, as a supervisor does when the process exits."""
+    sim.set_scenario("dead")
+    seen = _check(state, "-u", sim.url, *COMMON, "--pid-file", str(_pid_file(state)))
+    assert "stopping: " in seen.stdout, seen.stdout + seen.stderr
+    _pid_file(state).unlink()
+
+
 BEFORE_LAST: dict[str, Callable[[Simulator, Path], None]] = {
     "restart": lambda sim, state: sim.restart(),
     "handle": _restart_handler,
     "older": _older_baseline,
+    "stop": lambda sim, state: sim.set_scenario("dead"),
+    "stop_exit": _stop_then_exit,
 }
 
 
@@ -342,13 +370,16 @@ def test_status_line(case: Case, tmp_path: Path):
     state = tmp_path / "state"
     with Simulator(scenario=case.scenario, **case.sim) as sim:
         prefix = _read_only(state) if case.read_only_state else ()
+        _pid_file(state).write_text(f"{os.getpid()}\n")
         try:
             for run in range(case.runs):
                 if run:
                     time.sleep(GAP)
                 if run == case.runs - 1 and case.before_last:
                     BEFORE_LAST[case.before_last](sim, state)
-                proc = _check(state, "-u", sim.url, *COMMON, *case.args, prefix=prefix)
+                args = [a.replace("{server_pid}", str(os.getpid())).replace("{pid_file}", str(_pid_file(state)))
+                        for a in case.args]
+                proc = _check(state, "-u", sim.url, *COMMON, *args, prefix=prefix)
         finally:
             if case.read_only_state:
                 state.chmod(0o755)
@@ -356,7 +387,8 @@ def test_status_line(case: Case, tmp_path: Path):
     first = proc.stdout.splitlines()[0] if proc.stdout else ""
     got = normalise(first)
     allowed = case.line if isinstance(case.line, tuple) else (case.line,)
-    expected = [line.replace("{url}", url).replace("{state}", str(state)) for line in allowed]
+    expected = [line.replace("{url}", url).replace("{state}", str(state)).replace("{server_pid}", str(os.getpid()))
+                for line in allowed]
     assert got in expected, f"\n got: {got}\nwant: {expected[0]}\n raw: {first}\nstderr: {proc.stderr}"
     assert proc.returncode == case.code, (proc.returncode, first, proc.stderr)
 

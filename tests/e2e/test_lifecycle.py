@@ -61,6 +61,33 @@ def test_a_crash_loop_is_down_within_three_starts(run_check, loader):
                                     f"none has served (newest {proc.pid}; connection refused")
 
 
+def test_a_server_that_served_and_is_stopping_is_stopping_then_down_after_the_stop_grace(run_check, loader):
+    port = free_port()
+    proc = loader.serving(port)
+    url = f"http://127.0.0.1:{port}"
+    assert run_check("-u", url, "--min-gap", "0").code == 0  # it served
+    loader.stop(proc)
+    r = run_check("-u", url, "--min-gap", "0")
+    assert r.first == (f"VLLM WARNING - stopping: vLLM process {proc.pid} served and still lives, refusing for "
+                       f"0.0 s (grace 120 s; connection refused ({url})){PERF}")
+    assert r.code == 1
+    time.sleep(1.2)
+    late = run_check("-u", url, "--min-gap", "0", "--stop-grace", "1")  # counted from the first refusal
+    assert norm(late.first) == (f"VLLM CRITICAL - down: refusing <N> while vLLM process {proc.pid} lives (it "
+                                f"served; stop grace <N>; connection refused ({url})){PERF}")
+    assert late.code == 2
+    proc.kill()
+    proc.wait()
+    held = run_check("-u", url, "--min-gap", "0")  # exited, nothing started yet: within 120 s the stop goes on
+    assert norm(held.first) == (f"VLLM WARNING - stopping: vLLM process {proc.pid} served, stopped and exited, "
+                                f"no new process yet; refusing for <N> (grace <N>; connection refused ({url}))"
+                                f"{PERF}")
+    assert held.code == 1
+    gone = run_check("-u", url, "--min-gap", "0", "--stop-grace", "1")  # past its grace: nothing listens
+    assert gone.first == f"VLLM CRITICAL - down: connection refused ({url}){PERF}"
+    assert gone.code == 2
+
+
 def test_a_vllm_process_on_another_port_is_not_the_server(run_check, loader):
     port, other = free_port(), free_port()
     loader(other)

@@ -191,7 +191,8 @@ def cluster(tmp_path_factory):
 
 def test_the_shipped_zones_validate_and_the_master_holds_the_service(cluster):
     out = cluster.master_validated
-    assert "Instantiated 1 Service." in out and "Instantiated 1 EventCommand." in out, out[-2000:]
+    # the vllm service and its restart service (the handler's decision as a state), both run on the agent
+    assert "Instantiated 2 Services." in out and "Instantiated 1 EventCommand." in out, out[-2000:]
     assert "Instantiated 3 Zones." in out and "Instantiated 2 Endpoints." in out, out[-2000:]
     assert "warning/" not in out and "critical/" not in out, out[-2000:]
     # before the sync the agent knows the zones and no event command: the commands come from the master
@@ -236,6 +237,11 @@ def test_a_busy_server_is_checked_on_the_agent_and_ok_busy_on_the_master(cluster
     assert cluster.sim.inference_requests() == []
     host = cluster.master.object("hosts", AGENT, ["state", "last_check_result"])
     assert host["state"] == 0, host  # cluster-zone: the agent's zone is connected
+    wait_for("a result of the restart service from the agent", lambda: cluster.master.object(
+        "services", f"{AGENT}!vllm-restart", ["last_check_result"])["last_check_result"], 60, diag=cluster.diag)
+    restart = cluster.master.object("services", f"{AGENT}!vllm-restart", ["state", "last_check_result"])
+    assert restart["last_check_result"]["check_source"] == AGENT, restart
+    assert restart["last_check_result"]["output"].startswith("VLLM_RESTART OK - nothing to restart"), restart
 
 
 def test_a_frozen_server_is_hard_critical_on_the_master_and_restarted_once_on_the_agent(cluster):

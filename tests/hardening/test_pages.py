@@ -8,11 +8,14 @@ answer is always "busy" or a WARNING that names what is wrong with the page.
 
 from __future__ import annotations
 
+import gzip
 import random
 import re
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +35,7 @@ from .conftest import (
 )
 
 TRIGGER_HAPPY = ("--stuck-readings", "1", "--stuck-seconds", "0", *FAST)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?( .*)$")
 
 
@@ -292,8 +296,6 @@ def test_body_shorter_than_its_content_length(check):
 
 @pytest.mark.parametrize("wbits", [31, 15], ids=["gzip", "deflate"])
 def test_compressed_page_is_read(check, wbits):
-    import zlib
-
     def route(h: BaseHTTPRequestHandler) -> Answer:
         z = zlib.compressobj(6, zlib.DEFLATED, wbits)
         body = z.compress(page()) + z.flush()
@@ -313,3 +315,69 @@ def test_unasked_content_encoding_is_named(check):
         r = check("-u", srv.url, *FAST)
         assert (r.code, r.word) == (WARNING, "no metrics"), r.out
         assert "Content-Encoding 'zstd'" in r.status, r.out
+
+
+# --------------------------------------------------------------------------- a compressed page cut short
+# A gzip stream cut inside a correctly framed body is half a page: it proves nothing, and must not be
+# judged as a reading.
+
+
+def _page(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
+
+
+def _deflate(data: bytes) -> bytes:
+    return zlib.compress(data, 6)  # Content-Encoding: deflate is the zlib container
+
+
+def _serve(pages: list[tuple[bytes, str]]) -> Callable[[BaseHTTPRequestHandler], Answer]:
+    """/metrics answers the listed bodies in turn (the last one from then on), each with its
+    Content-Encoding and a Content-Length that matches exactly what is sent."""
+    served = [0]
+
+    def route(h: BaseHTTPRequestHandler) -> Answer:
+        body, encoding = pages[min(served[0], len(pages) - 1)]
+        served[0] += 1
+        return answer(200, body, "text/plain; version=0.0.4; charset=utf-8", Content_Encoding=encoding)
+
+    return route
+
+
+@pytest.fixture
+def gz_pages() -> Iterator[tuple[bytes, bytes]]:
+    yield gzip.compress(_page("saturated.txt")), gzip.compress(_page("saturated_b.txt"))
+
+
+CUTS = {  # where the second page is cut: inside the header, in the middle, inside the 8-byte CRC/size trailer
+    "in the gzip header": lambda n: 6,
+    "after a tenth": lambda n: n // 10,
+    "halfway": lambda n: n // 2,
+    "nine tenths": lambda n: n * 9 // 10,
+    "inside the trailer": lambda n: n - 4,
+    "last byte missing": lambda n: n - 1,
+}
+
+
+@pytest.mark.parametrize("cut", list(CUTS.values()), ids=list(CUTS))
+def test_cut_gzip_body_is_no_reading(check, gz_pages, cut):
+    first, second = gz_pages
+    cut_second = second[:cut(len(second))]
+    with Loopback({"GET /metrics": _serve([(first, "gzip"), (second, "gzip"), (cut_second, "gzip")])}) as srv:
+        r = check("-u", srv.url, *FAST)  # two whole pages (a first reading, then a re-read): busy
+        assert (r.code, r.word) == (OK, "busy"), r.out
+        for _ in range(2):
+            r = check("-u", srv.url, *FAST)
+            assert r.code != CRITICAL, r.out
+            assert "compressed body that ends early" in r.status, r.out
+            assert r.word not in ("busy", "stalling", "stuck", "idle", "restarted"), r.out  # judged as no reading
+
+
+def test_cut_deflate_body_is_no_reading(check):
+    first, second = _deflate(_page("saturated.txt")), _deflate(_page("saturated_b.txt"))
+    pages = [(first, "deflate"), (second, "deflate"), (second[: len(second) // 2], "deflate")]
+    with Loopback({"GET /metrics": _serve(pages)}) as srv:
+        r = check("-u", srv.url, *FAST)
+        assert (r.code, r.word) == (OK, "busy"), r.out
+        for _ in range(2):
+            r = check("-u", srv.url, *FAST)
+            assert r.code != CRITICAL and "compressed body that ends early" in r.status, r.out

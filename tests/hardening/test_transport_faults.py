@@ -35,7 +35,7 @@ from .conftest import (
     read_request,
     sim_page,
 )
-from .test_transport import SECRET, _keyed, _self_signed
+from .test_transport import SECRET, _keyed, _redirect, _self_signed
 
 EAGER = ("--stuck-readings", "1", "--stuck-seconds", "0")
 NO_READING = ("kv_cache_usage=U;;;0;100 prompt_tokens_per_second=U;;;0 running=U;;;0 stalled_seconds=U;;;0 "
@@ -97,10 +97,6 @@ def test_a_request_that_never_left_is_not_the_servers_silence():
 
 
 # --------------------------------------------------------------------------- 2. an answer is not silence
-
-
-def _redirect(to: str):
-    return lambda h: answer(302, b"", "text/plain", Location=to)
 
 
 MODELS_ANSWERS = {

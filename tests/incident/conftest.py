@@ -25,7 +25,7 @@ from tests.monitoring.harness import ensure_installed, free_port
 from tests.real_vllm.server import VllmSetupError, ensure_tiny_model, ensure_venv
 
 from ..heavy_lock import HeavyLock
-from .incident import IcingaWithTimes, Watchdog, World, plugin_dir, service_conf, summary
+from .incident import IcingaWithTimes, Watchdog, World, plugin_dir, restart_service_conf, service_conf, summary
 from .supervisor import Supervisord, SupervisorError
 
 HERE = Path(__file__).resolve().parent
@@ -100,8 +100,9 @@ def world(tmp_path_factory):
             t_boot = time.time()
             # Icinga 2 from the boot on: supervisord started vLLM (autostart) and the check runs through the
             # model's load, as on a real host; the server is "starting", never restarted (test_0).
-            ic = IcingaWithTimes(root / "icinga2", plugin_dir(root), service_conf(sup.url, state_dir, restart,
-                                                                                   handler_log))
+            conf = (service_conf(sup.url, state_dir, restart, handler_log)
+                    + restart_service_conf(sup.url, state_dir, restart, handler_log))
+            ic = IcingaWithTimes(root / "icinga2", plugin_dir(root), conf)
             checked = ic.validate()
             if checked.returncode != 0:
                 pytest.fail(f"icinga2 rejected the config:\n{checked.stdout[-4000:]}", pytrace=False)

@@ -57,8 +57,12 @@ WATCH_INTERVAL, WATCH_TIMEOUT, WATCH_FAILURES = 3.0, 5.0, 3
 LOAD_CLIENTS, LOAD_TOKENS = 4, 2000
 
 
-def service_conf(url: str, state_dir: Path, restart: list[str], log: Path) -> str:
-    vars_ = {"vllm_url": url, "vllm_state_dir": str(state_dir), **CHECK_VARS, **HANDLER_VARS,
+def service_conf(url: str, state_dir: Path, restart: list[str], log: Path, check_vars: dict = CHECK_VARS,
+                 handler_vars: dict = HANDLER_VARS, timing: tuple[float, float, int, float] | None = None) -> str:
+    """The main service: the shipped CheckCommand and EventCommand with these settings. `timing`: check and
+    retry interval, max_check_attempts, check timeout (the incident's scaled-down ones when None)."""
+    every, retry, attempts, timeout = timing or (CHECK_INTERVAL, RETRY_INTERVAL, MAX_ATTEMPTS, 30)
+    vars_ = {"vllm_url": url, "vllm_state_dir": str(state_dir), **check_vars, **handler_vars,
              "vllm_restart_command": restart, "vllm_restart_log": str(log)}
     body = "\n".join(f"  vars.{k} = {icinga_value(v)}" for k, v in vars_.items())
     return f"""
@@ -66,13 +70,26 @@ object Service "{SERVICE}" {{
   host_name = "{HOST}"
   check_command = "vllm"
   event_command = "vllm-restart"
-  check_interval = {CHECK_INTERVAL}s
-  retry_interval = {RETRY_INTERVAL}s
-  max_check_attempts = {MAX_ATTEMPTS}
-  check_timeout = 30s
+  check_interval = {every:g}s
+  retry_interval = {retry:g}s
+  max_check_attempts = {attempts}
+  check_timeout = {timeout:g}s
 {body}
 }}
 """
+
+
+RESTART_SERVICE = "vllm-restart"
+
+
+def restart_service_conf(url: str, state_dir: Path, restart: list[str], log: Path) -> str:
+    """The restart service beside the main one, as the docs ship it: `check_vllm_restart --status` on the
+    same files, the same EventCommand, HARD at once. Its state changes when a restart becomes due (a
+    downtime over, a cooldown ended), so the handler is called then, whatever the main service's history."""
+    text = service_conf(url, state_dir, restart, log)
+    return (text.replace(f'object Service "{SERVICE}"', f'object Service "{RESTART_SERVICE}"')
+            .replace('check_command = "vllm"', 'check_command = "vllm-restart-status"')
+            .replace(f"max_check_attempts = {MAX_ATTEMPTS}", "max_check_attempts = 1"))
 
 
 def plugin_dir(root: Path) -> Path:
@@ -91,26 +108,17 @@ def plugin_dir(root: Path) -> Path:
 
 
 class IcingaWithTimes(Icinga2):
-    """tests/monitoring's Icinga2, whose event stream also keeps when each result came and its state type."""
+    """tests/monitoring's Icinga2, whose results also keep when each check started and ended (Icinga's own
+    clock), its state type and attempt, and its perfdata (the soak compares it with the server's counters)."""
 
-    def _stream(self) -> None:
-        body = {"queue": "check_vllm-incident", "types": ["CheckResult"]}
-        while not self._stream_stop.is_set():
-            try:
-                with self.client.stream("POST", "/v1/events", json=body, timeout=None) as resp:
-                    for line in resp.iter_lines():
-                        if not line.strip():
-                            continue
-                        ev = json.loads(line)
-                        cr = ev.get("check_result", {})
-                        after = cr.get("vars_after") or {}
-                        self.results.append({
-                            "service": ev.get("service"), "state": cr.get("state"),
-                            "output": cr.get("output", ""), "at": _ended(cr),
-                            "hard": after.get("state_type") == 1, "attempt": after.get("attempt"),
-                        })
-            except (httpx.HTTPError, ValueError):
-                time.sleep(0.2)
+    def result(self, ev: dict) -> dict:
+        cr = ev.get("check_result", {})
+        after = cr.get("vars_after") or {}
+        start = cr.get("execution_start")
+        return {**super().result(ev), "at": _ended(cr),
+                "start": float(start) if isinstance(start, (int, float)) and start > 0 else None,
+                "hard": after.get("state_type") == 1, "attempt": after.get("attempt"),
+                "perf": perf_values(cr.get("performance_data") or [])}
 
     def set_active_checks(self, enabled: bool) -> None:
         resp = self.client.post(f"/v1/objects/services/{HOST}!{SERVICE}",
@@ -123,6 +131,21 @@ def _ended(cr: dict) -> float:
     handler it triggered has already started a restart, so arrival time would misorder the two."""
     end = cr.get("execution_end")
     return float(end) if isinstance(end, (int, float)) and end > 0 else time.time()
+
+
+def perf_values(items: list) -> dict[str, float]:
+    """Icinga 2's performance_data strings ("label=1.5s;;;0") as label -> number; U and the unparsable
+    are left out."""
+    out = {}
+    for item in items:
+        text = item if isinstance(item, str) else ""
+        label, _, rest = text.partition("=")
+        value = rest.split(";", 1)[0].rstrip("s%")
+        try:
+            out[label.strip("'")] = float(value)
+        except ValueError:
+            pass
+    return out
 
 
 STATE_NAMES = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
@@ -545,6 +568,13 @@ def summary(w: World, versions: dict) -> str:
                 lines.append(f"{name}: check_vllm_restart by hand ({k}): {v.split(': ', 1)[-1][:200]}")
             if p.get("supervisord"):
                 lines.append(f"{name}: supervisord: {' | '.join(p['supervisord'])}")
+    d = ph.get("downtime")
+    if d:
+        lines.append(f"downtime: a {d.get('downtime')} s window; the check said "
+                     f"{' > '.join(_dedup(d.get('verdicts_in_downtime', [])))}; {d.get('ours')} restart, "
+                     f"{_s(d.get('restart_after_downtime_end'))} after the window ended, OK "
+                     f"{_s(d.get('restart_to_ok'))} later; the restart service said "
+                     f"{', '.join(d.get('restart_service', []))}")
     lines.append(f"settings: check every {CHECK_INTERVAL} s, retry {RETRY_INTERVAL} s, max_check_attempts "
                  f"{MAX_ATTEMPTS}; " + ", ".join(f"{k.replace('vllm_', '')}={v}"
                                                  for k, v in {**CHECK_VARS, **HANDLER_VARS}.items())

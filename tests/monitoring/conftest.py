@@ -1,8 +1,8 @@
 """The monitoring tier: real Icinga 2 and Nagios 4 run check_vllm and check_vllm_restart.
 
 Run with:  python -m pytest tests/monitoring -m monitoring -p no:cacheprovider
-(setup.cfg's addopts deselects it by default.) The handler's unit tests in test_handler.py carry no
-marker: they run in the default tier. Nothing here skips: see harness.py.
+(setup.cfg's addopts deselects it by default.) The handler's fast tests are tests/handler's, in the
+default tier. Nothing here skips: see harness.py.
 """
 
 from __future__ import annotations

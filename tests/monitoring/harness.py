@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.package import layout
+
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 CONTRIB = REPO / "contrib"
@@ -114,23 +116,46 @@ def plugin_dir(root: Path) -> Path:
     check_vllm is the real CLI behind a two-line shim that (a) shortens the start-up grace after a
     restart from 900 s to START_GRACE with --start-grace and (b) notes each run in runs.log so the
     tests can count checks without running the check themselves.
+    With CHECK_VLLM_INSTALLED=deb the shim execs the .deb's /usr/lib/nagios/plugins/check_vllm (system
+    python3, Debian's libraries) and the handler is the .deb's.
     """
     d = root / "plugins"
     d.mkdir()
     shim = d / "check_vllm"
-    shim.write_text(
-        f"#!{sys.executable}\n"
-        "import sys, time\n"
-        f"with open({str(root / 'runs.log')!r}, 'a') as fh:\n"
-        "    fh.write(f'{time.time():.3f} ' + ' '.join(sys.argv[1:]) + '\\n')\n"
-        "from check_vllm.nagios.cli import main\n"
-        f"main([*sys.argv[1:], '--start-grace', '{START_GRACE:g}'])\n")
+    note = (f"with open({str(root / 'runs.log')!r}, 'a') as fh:\n"
+            "    fh.write(f'{time.time():.3f} ' + ' '.join(sys.argv[1:]) + '\\n')\n")
+    grace = f"'--start-grace', '{START_GRACE:g}'"
+    if layout.deb():
+        shim.write_text(f"#!{layout.SYSTEM_PYTHON}\nimport os, sys, time\n{note}"
+                        f"os.execv({str(layout.CHECK)!r}, [{str(layout.CHECK)!r}, *sys.argv[1:], {grace}])\n")
+    else:
+        shim.write_text(f"#!{sys.executable}\nimport sys, time\n{note}"
+                        f"from check_vllm.nagios.cli import main\nmain([*sys.argv[1:], {grace}])\n")
     shim.chmod(0o755)
-    handler = shutil.which("check_vllm_restart")
+    handler = str(layout.HANDLER) if layout.deb() else shutil.which("check_vllm_restart")
     if handler is None:
         pytest.fail("check_vllm_restart is not on PATH: pip install -e . first", pytrace=False)
     (d / "check_vllm_restart").symlink_to(handler)
     return d
+
+
+def shipped(name: str) -> Path:
+    """A definition file as shipped: the checkout's contrib/, or with CHECK_VLLM_INSTALLED=deb the .deb's examples."""
+    return (layout.EXAMPLES if layout.deb() else CONTRIB) / name
+
+
+def restarted_once_by_the_restart_service(counter: Path, lines, status, diag) -> list[str]:
+    """The masked-stuck case, the same under Icinga 2 and Nagios 4: wait for the restart, give a second one
+    time to follow (it must not: cooldown 30 s), and check that the restart service's call made it, on
+    `stuck`, after its status said due. `lines`/`status`: the handler log and the restart service's outputs."""
+    wait_for("the restart through the restart service", lambda: count_lines(counter) >= 1, 120, diag=diag)
+    time.sleep(4)
+    assert count_lines(counter) == 1, lines()
+    restarted = [ln for ln in lines() if ": restarted: verdict 'stuck'" in ln]
+    assert len(restarted) == 1 and " CRITICAL HARD attempt 1:" in restarted[0], "\n".join(lines())
+    said = status()
+    assert any(o.startswith("VLLM_RESTART CRITICAL - due: verdict 'stuck'") for o in said), said
+    return said
 
 
 def count_lines(path: Path) -> int:

@@ -19,6 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.package import layout
+
 from .conftest import TIMINGS, Timer
 from .harness import (
     CONTRIB,
@@ -30,10 +32,26 @@ from .harness import (
     icinga_value,
     plugin_dir,
     restart_command,
+    restarted_once_by_the_restart_service,
     serve,
     tail,
     wait_for,
 )
+
+
+def shipped_includes(conf: Path | None = None) -> str:
+    """The shipped definitions: the .deb's through the ITL (CHECK_VLLM_INSTALLED=deb), else contrib/.
+
+    The package's commands come from `include <plugins-contrib>` alone; with conf, contrib's files are
+    copied there first, as an operator copies them to /etc/icinga2/conf.d.
+    """
+    if layout.deb():
+        return f'include <plugins-contrib>\ninclude "{layout.EXAMPLES}/icinga2/vllm-services.conf"\n'
+    if conf is None:
+        return f'include "{CONTRIB}/icinga2/vllm-commands.conf"\ninclude "{CONTRIB}/icinga2/vllm-services.conf"\n'
+    for f in ("vllm-commands.conf", "vllm-services.conf"):
+        (conf / f).write_text((CONTRIB / "icinga2" / f).read_text())
+    return 'include "vllm-commands.conf"\ninclude "vllm-services.conf"\n'
 
 pytestmark = pytest.mark.monitoring
 
@@ -80,8 +98,7 @@ class Icinga2:
                         "-out", str(certs / "localhost.crt")], check=True, capture_output=True, timeout=60)
         (certs / "ca.crt").write_bytes((certs / "localhost.crt").read_bytes())
         conf = self.dirs["ConfigDir"]
-        for f in ("vllm-commands.conf", "vllm-services.conf"):
-            (conf / f).write_text((CONTRIB / "icinga2" / f).read_text())
+        includes = shipped_includes(conf)
         self.conf = conf / "icinga2.conf"
         self.conf.write_text(f"""
 const PluginDir = "/usr/lib/nagios/plugins"
@@ -109,8 +126,7 @@ object Host "{HOST}" {{
   check_interval = 300s
 }}
 // the shipped files: commands, and the apply example (assigns nothing here: no host has vars.vllm)
-include "vllm-commands.conf"
-include "vllm-services.conf"
+{includes}
 {services}
 """)
         self.env = {**os.environ, "ICINGA2_USER": "root", "ICINGA2_GROUP": "root"}
@@ -150,12 +166,14 @@ include "vllm-services.conf"
                 with self.client.stream("POST", "/v1/events", json=body, timeout=None) as resp:
                     for line in resp.iter_lines():
                         if line.strip():
-                            ev = json.loads(line)
-                            cr = ev.get("check_result", {})
-                            self.results.append({"service": ev.get("service"), "state": cr.get("state"),
-                                                 "output": cr.get("output", "")})
+                            self.results.append(self.result(json.loads(line)))
             except (httpx.HTTPError, ValueError):
                 time.sleep(0.2)
+
+    def result(self, ev: dict) -> dict:
+        """What a test keeps of one CheckResult event (the incident's Icinga 2 keeps more)."""
+        cr = ev.get("check_result", {})
+        return {"service": ev.get("service"), "state": cr.get("state"), "output": cr.get("output", "")}
 
     def results_of(self, name: str) -> list[dict]:
         return [r for r in list(self.results) if r["service"] == name]
@@ -234,20 +252,40 @@ def icinga(tmp_path_factory):
         # changes when the proof arrives (issue 22 class 6)
         "masked": Scenario(root, "masked", "stuck", "revive", vllm_restart_cooldown=30, vllm_waiting_critical="0",
                            vllm_stuck_seconds="6"),  # proven well after the threshold made it HARD CRITICAL
+        # frozen during a scheduled downtime of its service: hands off until it ends, then one restart (issue 17)
+        "held": Scenario(root, "held", "stuck", "revive", vllm_restart_cooldown=30, vllm_service="held"),
     }
     # "stuck" builds its URL from the host address and vllm_port (the shipped defaults), "stuck-twin"
     # names it in vllm_url: the check and the handler of both must agree on one server.
     services = (sc["busy"].services("busy", by_port=True) + sc["stuck"].services("stuck", by_port=True)
                 + sc["stuck"].services("stuck-twin") + sc["dead"].services("dead") + sc["masked"].services("masked")
-                + sc["masked"].restart_service("masked-restart"))
+                + sc["masked"].restart_service("masked-restart") + sc["held"].services("held")
+                + sc["held"].restart_service("held-restart"))
     ic = Icinga2(root, plugins, services)
-    yield from serve(ic, sc, root, "icinga2 daemon -C", t0, TIMINGS)
+    for daemon in serve(ic, sc, root, "icinga2 daemon -C", t0, TIMINGS):
+        daemon.downtime_end = schedule_downtime(daemon, "held", HELD_DOWNTIME)  # before the freeze is proven
+        yield daemon
+
+
+#: How long the "held" service's downtime lasts from the daemon's start: past its stuck proof and HARD state.
+HELD_DOWNTIME = 25.0
+
+
+def schedule_downtime(daemon: Icinga2, name: str, seconds: float) -> float:
+    """A fixed downtime of one service from now, through the API (as an operator's maintenance window)."""
+    now = time.time()
+    resp = daemon.client.post("/v1/actions/schedule-downtime", json={
+        "type": "Service", "filter": f'service.name=="{name}"', "start_time": now, "end_time": now + seconds,
+        "fixed": True, "author": "check_vllm tests", "comment": "maintenance window"})
+    resp.raise_for_status()
+    assert [r["code"] for r in resp.json()["results"]] == [200], resp.text
+    return now + seconds
 
 
 def test_icinga2_validates_the_shipped_definitions(icinga):
     out = icinga.validated
     assert "Finished validating the configuration file(s)" in out
-    assert "Instantiated 1 EventCommand." in out and "Instantiated 6 Services." in out, out[-2000:]
+    assert "Instantiated 1 EventCommand." in out and "Instantiated 8 Services." in out, out[-2000:]
     assert "critical/" not in out and "warning/config" not in out.lower(), out[-2000:]
 
 
@@ -261,8 +299,7 @@ const PluginContribDir = "/usr/lib/nagios/plugins"
 const NodeName = "localhost"
 include <itl>
 include <plugins>
-include "{CONTRIB}/icinga2/vllm-commands.conf"
-include "{CONTRIB}/icinga2/vllm-services.conf"
+{shipped_includes()}
 object Host "gpu-01" {{
   check_command = "hostalive"
   address = "10.0.0.21"
@@ -315,6 +352,7 @@ def test_a_frozen_server_is_restarted_exactly_once_and_recovers_without_another(
     assert sum(": restarted: verdict 'stuck'" in ln for ln in lines) == 1, "\n".join(lines)
     # Both services reached HARD CRITICAL (checked below), so the handler ran at least twice on it.
     assert len([ln for ln in lines if " CRITICAL HARD " in ln]) >= 2, "\n".join(lines)
+    noticed = 0
     for name in ("stuck", "stuck-twin"):
         outs = [r["output"] for r in icinga.results_of(name)]
         words = [o.split(" - ", 1)[1].split(":", 1)[0] if " - " in o else o for o in outs]
@@ -324,7 +362,10 @@ def test_a_frozen_server_is_restarted_exactly_once_and_recovers_without_another(
         after = words[words.index("stuck", first_stuck):]
         recovered = [w for w in after if w not in ("stuck",)]
         assert recovered and recovered[0] in ("starting", "restarted", "busy"), words
-        assert "starting" in after or "restarted" in after, words
+        noticed += "starting" in after or "restarted" in after
+    # the twins share one state (one server, one key): the first check after the restart says "restarted"
+    # and saves the new baseline, so the other may go straight to "busy" (CI saw it once)
+    assert noticed >= 1, [r["output"][:80] for n in ("stuck", "stuck-twin") for r in icinga.results_of(n)]
 
 
 def test_a_dead_server_stops_being_restarted_when_the_circuit_breaker_trips(icinga):
@@ -349,19 +390,37 @@ def test_a_server_that_freezes_under_a_critical_threshold_is_restarted_by_the_re
     is the handler's decision: it turns CRITICAL when the restart is due, and its call restarts, once."""
     s = icinga.scenarios["masked"]
     with Timer("icinga2 masked stuck -> restart service"):
-        wait_for("the restart through the restart service", lambda: count_lines(s.counter) >= 1, 120,
-                 diag=lambda: icinga.diag() + "\n" + s.diag())
-        time.sleep(4)  # no second restart may follow (cooldown 30 s)
-    assert count_lines(s.counter) == 1, s.diag()
-    lines = s.handler_lines()
-    restarted = [ln for ln in lines if ": restarted: verdict 'stuck'" in ln]
-    assert len(restarted) == 1 and " CRITICAL HARD attempt 1:" in restarted[0], "\n".join(lines)  # the restart service's
+        status = restarted_once_by_the_restart_service(
+            s.counter, s.handler_lines, lambda: [r["output"] for r in icinga.results_of("masked-restart")],
+            diag=lambda: icinga.diag() + "\n" + s.diag())
     main = icinga.results_of("masked")
     words = [r["output"].split(" - ", 1)[1].split(":", 1)[0] if " - " in r["output"] else "" for r in main]
     first_stuck = words.index("stuck")
     assert all(r["state"] == 2 for r in main[:first_stuck + 1]), list(zip(words, [r["state"] for r in main],
                                                                           strict=True))
-    status = [r["output"] for r in icinga.results_of("masked-restart")]
-    assert any(o.startswith("VLLM_RESTART CRITICAL - due: verdict 'stuck'") for o in status), status
     assert any(o.startswith("VLLM_RESTART OK - nothing to restart") for o in status), status
 
+
+
+def test_a_server_that_freezes_during_a_downtime_is_left_alone_then_restarted_once_after_it(icinga):
+    """Issue 17: an operator's maintenance window is hands off. The frozen server goes HARD CRITICAL stuck
+    inside the downtime and the handler refuses, saying why; the main service stays HARD CRITICAL, so no state
+    change calls it again when the downtime ends: the restart service's does (held back -> due), once."""
+    s = icinga.scenarios["held"]
+    with Timer("icinga2 stuck in a downtime -> restart after it"):
+        wait_for("the restart after the downtime", lambda: count_lines(s.counter) >= 1,
+                 max(icinga.downtime_end - time.time(), 0) + 60, diag=lambda: icinga.diag() + "\n" + s.diag())
+        restarted_at = time.time()
+        time.sleep(4)  # no second restart may follow (cooldown 30 s)
+    assert count_lines(s.counter) == 1, s.diag()
+    assert restarted_at >= icinga.downtime_end - 1, (restarted_at, icinga.downtime_end)
+    lines = s.handler_lines()
+    held = [ln for ln in lines if "restart refused: CRITICAL HARD, but the service is in a scheduled downtime" in ln]
+    assert held, "\n".join(lines)  # the handler was called in the downtime, and said why it did nothing
+    restarted = [ln for ln in lines if ": restarted: verdict 'stuck'" in ln]
+    assert len(restarted) == 1, "\n".join(lines)
+    main = icinga.results_of("held")
+    assert any(r["state"] == 2 and r["output"].startswith("VLLM CRITICAL - stuck") for r in main), main[-5:]
+    status = [r["output"] for r in icinga.results_of("held-restart")]
+    assert any(o.startswith("VLLM_RESTART WARNING - held back: ") and "downtime" in o for o in status), status
+    assert any(o.startswith("VLLM_RESTART CRITICAL - due: verdict 'stuck'") for o in status), status

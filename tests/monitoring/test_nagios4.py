@@ -20,7 +20,6 @@ import pytest
 
 from .conftest import TIMINGS, Timer
 from .harness import (
-    CONTRIB,
     FAST_CHECK,
     Simulator,
     count_lines,
@@ -28,7 +27,9 @@ from .harness import (
     free_port,
     plugin_dir,
     restart_command,
+    restarted_once_by_the_restart_service,
     serve,
+    shipped,
     tail,
     wait_for,
 )
@@ -40,16 +41,17 @@ CHECK_ARGS = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in FAST_CHECK.item
 
 
 def service(name: str, url: str, state_dir: Path, restart: list[str], cooldown: float, max_per_hour: int,
-            log: Path) -> str:
+            log: Path, template: str = "vllm-service", args: str = "", attempts: int = 3) -> str:
+    main = template == "vllm-service"  # the restart service keeps its template's command and one attempt
+    lines = (f"check_command                   check_vllm!{CHECK_ARGS}{args}\n    retry_interval                  1\n"
+             f"    max_check_attempts              {attempts}") if main else "notes                           restart service"
     return f"""
 define service {{
-    use                             vllm-service
+    use                             {template}
     host_name                       {HOST}
     service_description             {name}
-    check_command                   check_vllm!{CHECK_ARGS}
+    {lines}
     check_interval                  1
-    retry_interval                  1
-    max_check_attempts              3
     _VLLM_URL                       {url}
     _VLLM_STATE_DIR                 {state_dir}
     _VLLM_RESTART_COOLDOWN          {cooldown:g}
@@ -119,7 +121,7 @@ class Nagios4:
         self.status = root / "status.dat"
         self.cmd = root / "nagios.cmd"
         self.stdout = root / "nagios.stdout"
-        shutil.copy(CONTRIB / "nagios" / "check_vllm.cfg", root / "check_vllm.cfg")
+        shutil.copy(shipped("nagios/check_vllm.cfg"), root / "check_vllm.cfg")
         (root / "objects.cfg").write_text(OBJECTS + services)
         (root / "resource.cfg").write_text(f"$USER1$={plugins}\n")
         self.cfg = root / "nagios.cfg"
@@ -239,9 +241,14 @@ class Scenario:
         self.cooldown, self.max_per_hour = cooldown, max_per_hour
         self.log = self.dir / "handler.log"
 
-    def services(self, *names: str) -> str:
+    def services(self, *names: str, args: str = "", attempts: int = 3) -> str:
         return "".join(service(n, self.url, self.state_dir, self.restart, self.cooldown, self.max_per_hour,
-                               self.log) for n in names)
+                               self.log, args=args, attempts=attempts) for n in names)
+
+    def restart_service(self, name: str) -> str:
+        """The shipped vllm-restart-service template beside the main service, with the same variables."""
+        return service(name, self.url, self.state_dir, self.restart, self.cooldown, self.max_per_hour, self.log,
+                       template="vllm-restart-service")
 
     def handler_lines(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
@@ -257,8 +264,13 @@ def nagios(tmp_path_factory):
         "busy": Scenario(root, "busy", "busy", "revive", cooldown=1),
         "stuck": Scenario(root, "stuck", "stuck", "revive", cooldown=20),
         "dead": Scenario(root, "dead", None, "noop", cooldown=1, max_per_hour=2),
+        "masked": Scenario(root, "masked", "stuck", "revive", cooldown=30),
     }
-    services = sc["busy"].services("busy") + sc["stuck"].services("stuck", "stuck-twin") + sc["dead"].services("dead")
+    # "masked" is HARD CRITICAL on its first (threshold) result, so the proof of stuck always comes after its
+    # HARD state; with 3 attempts the two raced (CI, 08:07: HARD and stuck in the same check, the main's call won)
+    services = (sc["busy"].services("busy") + sc["stuck"].services("stuck", "stuck-twin") + sc["dead"].services("dead")
+                + sc["masked"].services("masked", args=" --waiting-critical 0", attempts=1)
+                + sc["masked"].restart_service("masked-restart"))
     ng = Nagios4(root, plugins, services)
     yield from serve(ng, sc, root, "nagios4 -v", t0, TIMINGS)
 
@@ -267,7 +279,7 @@ def test_nagios4_validates_the_shipped_definitions(nagios):
     out = nagios.validated
     assert "Total Warnings: 0" in out and "Total Errors:   0" in out, out[-2000:]
     # check_vllm, check_vllm_restart, check_vllm_restart_status (the restart service) and the test's own two
-    assert "Checked 4 services." in out and "Checked 5 commands." in out, out[-2000:]
+    assert "Checked 6 services." in out and "Checked 5 commands." in out, out[-2000:]
 
 
 def runs_for(ng: Nagios4, url: str) -> int:
@@ -332,3 +344,19 @@ def test_a_dead_server_stops_being_restarted_when_the_circuit_breaker_trips(nagi
     assert any("starting" in out for _, _, out in alerts), alerts
     st = nagios.services()["dead"]
     assert st["current_state"] == "2" and "down" in st["plugin_output"], st
+
+
+def test_a_server_that_freezes_under_a_critical_threshold_is_restarted_by_the_restart_service(nagios):
+    """The main service is HARD CRITICAL for --waiting-critical 0 before the engine is proven stuck: no state
+    change follows the proof, so Nagios never calls its event handler on it. The shipped
+    vllm-restart-service turns CRITICAL when the restart is due, and its handler call restarts, once."""
+    s = nagios.scenarios["masked"]
+    with Timer("nagios4 masked stuck -> restart service"):
+        restarted_once_by_the_restart_service(
+            s.counter, s.handler_lines, lambda: [o for _, _, o in nagios.alerts("masked-restart")],
+            diag=lambda: nagios.diag() + "\n" + "\n".join(s.handler_lines()[-10:]))
+    main = nagios.alerts("masked")
+    words = [o.split(" - ", 1)[1].split(":", 1)[0] if " - " in o else "" for _, _, o in main]
+    assert "stuck" not in words[:1] and main[0][0] == "CRITICAL", main  # CRITICAL for the threshold first
+    handled = nagios.handler_calls("masked-restart")
+    assert any(";CRITICAL;HARD;" in ln for ln in handled), handled

@@ -19,6 +19,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.package import layout
+
 REPO = Path(__file__).resolve().parents[2]
 CONTRIB = REPO / "contrib" / "netdata"
 DEPS = REPO / ".ci" / "netdata-deps.sh"
@@ -46,7 +48,7 @@ _INTERNAL_OFF = ("proc", "diskspace", "cgroups", "tc", "idlejitter", "checks", "
                  "cups", "freeipmi", "xenstat", "netdata monitoring", "netdata monitoring extended")
 
 
-def netdata_conf(root: Path, port: int, plugins: Path) -> str:
+def netdata_conf(root: Path, port: int, plugins: Path, stock_health: Path | None = None) -> str:
     off = "\n".join(f"    {name} = no" for name in _INTERNAL_OFF)
     return f"""[global]
     hostname = vllm-netdata-test
@@ -65,7 +67,7 @@ def netdata_conf(root: Path, port: int, plugins: Path) -> str:
     run = {root}/run
     plugins = "{plugins}"
     health config = {root}/etc/health.d
-    stock health config = {root}/stock/health.d
+    stock health config = {stock_health or root / "stock" / "health.d"}
     web = /usr/share/netdata/web
 [logs]
     error = {root}/log/error.log
@@ -110,14 +112,17 @@ class Agent:
     def prepare(self) -> Path:
         for sub in ("etc/health.d", "stock/health.d", "log", "cache", "lib", "run", "plugins"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        (self.root / "etc" / "vllm.conf").write_text(self.vllm_conf)
+        (self.root / "etc" / ".opt-out-from-anonymous-statistics").touch()
+        conf = self.root / "netdata.conf"
+        if layout.deb():  # Debian's own plugin and stock health directories, as the .deb installed into them
+            conf.write_text(netdata_conf(self.root, self.port, layout.NETDATA_PLUGINS, layout.NETDATA_STOCK_HEALTH))
+            return conf
         plugins = self.root / "plugins"
         # Our launcher, written by the installer operators use, with this interpreter pinned.
         subprocess.run([sys.executable, "-m", "check_vllm.netdata.install", str(plugins)], check=True,
                        capture_output=True, cwd=REPO)
-        (self.root / "etc" / "vllm.conf").write_text(self.vllm_conf)
         shutil.copy(CONTRIB / "health.d" / "vllm.conf", self.root / "etc" / "health.d" / "vllm.conf")
-        (self.root / "etc" / ".opt-out-from-anonymous-statistics").touch()
-        conf = self.root / "netdata.conf"
         conf.write_text(netdata_conf(self.root, self.port, plugins))
         return conf
 

@@ -1,5 +1,6 @@
 """The server's life outside the check's own restarts, as tables: a process the host sees starting is
-`starting` (whoever started it) within --start-grace, `down` past it, and a crash loop is `down` whatever
+`starting` (whoever started it) within --start-grace, `down` past it; one that served and now refuses while
+it lives is `stopping` within --stop-grace, `down` past it; and a crash loop is `down` whatever
 the age of its newest process. Identity is PID + start ticks + boot: a reused PID or a reboot is another
 process. An old baseline of the same process still proves a stall. Pure: no I/O."""
 
@@ -16,7 +17,17 @@ from check_vllm.contract.values import (
     ServerProcess,
     Witness,
 )
-from check_vllm.contract.vocab import CRITICAL, DOWN, NO_METRICS, OK, STARTING, UNRESPONSIVE, WARNING, Settings
+from check_vllm.contract.vocab import (
+    CRITICAL,
+    DOWN,
+    NO_METRICS,
+    OK,
+    STARTING,
+    STOPPING,
+    UNRESPONSIVE,
+    WARNING,
+    Settings,
+)
 from check_vllm.judge.assess import assess
 from check_vllm.judge.silence import assess_failure
 from check_vllm.memory import codec
@@ -69,10 +80,103 @@ def test_no_process_at_all_is_down_and_no_witness_keeps_the_old_rule():
     assert (marked.word, marked.code) == (STARTING, WARNING)
 
 
-def test_a_process_that_served_and_then_refuses_is_down_not_starting():
+def test_a_process_that_served_and_then_refuses_is_stopping_then_down_after_the_stop_grace():
     served = assess(Memory(), reading(), S, at(100.0))  # the process started at 0 served at 100
-    v = judge(served.memory, 130.0, proc(1234, 0.0))
-    assert (v.word, v.code) == (DOWN, CRITICAL)
+    first = judge(served.memory, 130.0, proc(1234, 0.0))  # SIGTERM: vLLM closes its listener first
+    assert (first.word, first.code) == (STOPPING, WARNING)
+    assert first.text == ("vLLM process 1234 served and still lives, refusing for 0.0 s (grace 120 s; "
+                          "connection refused)")
+    later = judge(first.memory, 130.0 + S.stop_grace, proc(1234, 0.0))  # counted from the first refusal
+    assert (later.word, later.code) == (STOPPING, WARNING)
+    dead = judge(later.memory, 131.0 + S.stop_grace, proc(1234, 0.0))  # a listener dead under a live process
+    assert (dead.word, dead.code) == (DOWN, CRITICAL)
+    assert dead.text.startswith("refusing 121 s while vLLM process 1234 lives (it served; stop grace 120 s")
+
+
+def test_stopping_is_only_for_refused_connections_and_ends_with_the_process():
+    served = assess(Memory(), reading(), S, at(100.0))
+    silent = judge(served.memory, 130.0, proc(1234, 0.0), Failure(UNRESPONSIVE, "timed out"))
+    assert silent.word == UNRESPONSIVE  # an answer that does not come is the proof's, not a stop
+    stopping = judge(served.memory, 130.0, proc(1234, 0.0))
+    restarted = judge(stopping.memory, 150.0, proc(2222, 145.0))  # supervisord started the next one
+    assert (restarted.word, restarted.code, restarted.memory.stopping) == (STARTING, WARNING, None)
+    back = assess(stopping.memory, reading(start=WALL0 + 145.0), S, at(200.0))
+    assert back.memory.stopping is None
+    # a stop seen before is no head start for another process that served and then refuses
+    other = judge(stopping.memory._replace(baseline=back.memory.baseline), 200.0 + S.stop_grace, proc(2222, 145.0))
+    assert (other.word, other.code) == (STOPPING, WARNING)
+
+
+def test_a_stopped_process_that_exited_is_still_stopping_until_the_next_starts_within_the_grace():
+    served = assess(Memory(), reading(), S, at(100.0))
+    stopping = judge(served.memory, 130.0, proc(1234, 0.0))
+    draining = judge(stopping.memory, 200.0, proc(1234, 0.0))  # a long drain: the grace counts from 130
+    assert draining.memory.stopping == stopping.memory.stopping
+    gone = judge(draining.memory, 205.0, Witness())  # exited; supervisord has not spawned the next one yet
+    assert (gone.word, gone.code) == (STOPPING, WARNING)
+    assert gone.memory.stopping == stopping.memory.stopping._replace(gone=at(205.0))
+    assert gone.text == ("vLLM process 1234 served, stopped and exited, no new process yet; refusing for 75 s "
+                         "(grace 120 s; connection refused)")
+    still = judge(gone.memory, 205.0 + S.respawn_grace, Witness())  # the gap counts from the first look
+    assert (still.word, still.code) == (STOPPING, WARNING)
+    over = judge(still.memory, 206.0 + S.respawn_grace, Witness())  # stopped and never started again: down
+    assert (over.word, over.code, over.memory.stopping) == (DOWN, CRITICAL, None)
+    assert over.text == "connection refused"
+    late = judge(draining.memory, 131.0 + S.stop_grace, Witness())  # and never past the stop's own grace
+    assert (late.word, late.code) == (DOWN, CRITICAL)
+    next_one = judge(gone.memory, 206.0, proc(2222, 205.5))
+    assert (next_one.word, next_one.code, next_one.memory.stopping) == (STARTING, WARNING, None)
+
+
+def test_an_engine_that_died_and_took_its_api_server_down_gracefully_is_down_soon_not_after_the_stop_grace():
+    """vLLM 0.27's API server closes its listener and exits when its engine dies: seen once alive and
+    refusing, then gone with nothing started in its place. That is a crash: one more look, then down once the
+    respawn gap is over, never a stop held for the whole --stop-grace (the release matrix saw 59 s of it)."""
+    served = assess(Memory(), reading(), S, at(100.0))
+    stopping = judge(served.memory, 130.0, proc(1234, 0.0))
+    gone = judge(stopping.memory, 131.0, Witness())
+    assert (gone.word, gone.code) == (STOPPING, WARNING)
+    down = judge(gone.memory, 132.0 + S.respawn_grace, Witness())
+    assert (down.word, down.code) == (DOWN, CRITICAL)
+    assert S.respawn_grace < S.stop_grace
+    # at a slow cadence the first look that finds it gone still waits for the next one (a restart's gap)
+    slow = judge(stopping.memory, 190.0, Witness())
+    assert (slow.word, slow.code) == (STOPPING, WARNING)
+    assert judge(slow.memory, 250.0, Witness()).word == DOWN
+    assert judge(slow.memory, 250.0, proc(2222, 191.0)).word == STARTING
+
+
+def test_a_stop_and_its_first_look_gone_survive_the_state_file():
+    from check_vllm.memory.codec import from_json, to_json
+
+    served = assess(Memory(), reading(), S, at(100.0))
+    gone = judge(judge(served.memory, 130.0, proc(1234, 0.0)).memory, 131.0, Witness())
+    assert from_json(to_json(gone.memory)).stopping == gone.memory.stopping
+    old = to_json(gone.memory)
+    del old["stopping"]["gone"]  # a file written before the field: the next look is the first
+    assert from_json(old).stopping.gone is None
+
+
+def test_no_stop_seen_or_a_host_that_cannot_say_leaves_nothing_listening_down():
+    served = assess(Memory(), reading(), S, at(100.0))
+    crashed = judge(served.memory, 130.0, Witness())  # it died between two checks: no stop was seen
+    assert (crashed.word, crashed.code) == (DOWN, CRITICAL)
+    stopping = judge(served.memory, 130.0, proc(1234, 0.0))
+    unknown = judge(stopping.memory, 140.0, Witness(error="permission denied"))
+    assert (unknown.word, unknown.code) == (DOWN, CRITICAL)
+    remote = judge(stopping.memory, 140.0, None)  # a check of a remote URL never saw a stop
+    assert (remote.word, remote.code) == (DOWN, CRITICAL)
+    silent = judge(stopping.memory, 140.0, Witness(), Failure(UNRESPONSIVE, "timed out"))
+    assert silent.word == UNRESPONSIVE  # only refused connections carry the stop on
+
+
+def test_the_stop_survives_the_state_file():
+    served = assess(Memory(), reading(), S, at(100.0))
+    memory = judge(served.memory, 130.0, proc(1234, 0.0)).memory
+    back = codec.from_json(codec.to_json(memory))
+    assert back.stopping == memory.stopping and back.stopping is not None
+    assert codec.from_json({"stopping": {"since": 1.0}}).stopping is None
+    assert codec.from_json({"stopping": {"since": "x", "process": "a"}}).stopping is None
 
 
 def test_a_process_started_after_the_last_reading_is_starting():
@@ -131,7 +235,19 @@ def test_a_wall_clock_step_neither_ends_nor_stretches_the_grace():
     # and back: a process that served before the step is still seen as having served
     served = assess(Memory(), reading(), S, at(100.0))
     back = judge(served.memory, 130.0, proc(1234, 0.0), now=at(130.0, wall_step=-3600.0))
-    assert (back.word, back.code) == (DOWN, CRITICAL)
+    assert (back.word, back.code) == (STOPPING, WARNING)
+
+
+def test_the_marker_counts_on_the_boot_time_clock_across_a_wall_clock_step():
+    """Seen from another host (no witness), a restart the handler made 60 s ago on the boot-time clock is
+    60 s old whatever the wall clock did since (before: a step an hour ahead read it as down)."""
+    marker = at(0.0)
+    ahead = assess_failure(Memory(), REFUSED, S, at(60.0, wall_step=3600.0), marker, None)
+    assert (ahead.word, ahead.code) == (STARTING, WARNING) and "restarted 60 s ago" in ahead.text
+    late = assess_failure(Memory(), REFUSED, S, at(901.0, wall_step=-3600.0), marker, None)
+    assert (late.word, late.code) == (DOWN, CRITICAL)  # nor does a step back stretch the grace
+    wall_only = assess_failure(Memory(), REFUSED, S, at(60.0, wall_step=3600.0), WALL0, None)
+    assert wall_only.word == DOWN  # a marker without the boot-time clock (an older handler): the wall's
 
 
 def test_a_witness_that_cannot_say_falls_back_to_the_marker_and_says_why():

@@ -8,6 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from check_vllm.contract.numbers import LARGEST, finite
 from check_vllm.contract.values import EngineReading, Memory, Reading
 from check_vllm.contract.vocab import CRITICAL, Settings
 from check_vllm.judge.assess import assess
@@ -34,7 +35,18 @@ def test_any_json_reads_as_a_memory_and_never_a_critical(data):
 
 def test_integers_too_big_for_a_float_are_nothing_known():
     big = 10**400
-    assert codec.finite(big) is None
+    assert finite(big) is None
     m = codec.from_json({"reading": {"at": 1.7e9, "engines": {"0": {"running": big}}},
                          "stall": {"0": {"since": big, "count": 1}}, "verdict": {"word": "busy", "at": big}})
     assert m.baseline is None and not m.stalls and m.last is not None and m.last.at is None
+
+
+def test_one_number_rule_for_pages_and_files():
+    """The rule the reader applies to /metrics is the one the codec applies to the file: a count the reader
+    kept always reads back, one it dropped never does."""
+    for value, usable in [(3, True), (1.5, True), (LARGEST, True), (-LARGEST, True), (2**53 + 1, False),
+                          (LARGEST * 2, False), (float("nan"), False), (float("inf"), False), (True, False),
+                          ("5", False), (None, False)]:
+        assert (finite(value) is not None) == usable, value
+        m = codec.from_json({"reading": {"at": 1.7e9, "engines": {"0": {"steps": value}}}})
+        assert (m.baseline is not None) == usable, value

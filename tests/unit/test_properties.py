@@ -14,9 +14,10 @@ And the metrics parser only ever raises NotMetrics, whatever text it is given.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from check_vllm.contract.values import (
@@ -185,14 +186,19 @@ TOKENS = st.sampled_from([
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(TOKENS, max_size=40).map("".join))
+@example('vllm:num_requests_running{engine="0"} +Inf\nvllm:num_requests_running{engine="1"} 2\n'
+         'vllm:num_requests_waiting{engine="1"} 1e400\nvllm:generation_tokens_total{engine="1"} 5\n'
+         'vllm:iteration_tokens_total_count{engine="1"} NaN\nvllm:generation_tokens_total{engine="0"} 1e308\n')
 def test_parser_raises_only_not_metrics(text):
+    """Whatever the page, every value a reading keeps is a real number a float counts in ones."""
     try:
         r = parse(text)
     except NotMetrics:
         return
-    for e in r.engines.values():
-        for value in (v for v in e._asdict().values() if v is not None):
-            assert value is not None and value == value and abs(float(value)) <= 2.0**53
+    kept = [v for e in r.engines.values() for v in e._asdict().values() if v is not None]
+    kept += [r.process_start] if r.process_start is not None else []
+    for value in kept:
+        assert math.isfinite(float(value)) and abs(float(value)) <= 2.0**53, (value, text)
 
 
 @settings(max_examples=200, deadline=None)

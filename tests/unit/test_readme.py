@@ -1,8 +1,11 @@
-"""The usage block of docs/usage.md is generated from --help: fail when someone forgot to regenerate it."""
+"""The generated blocks (docs/usage.md from check_vllm --help, docs/haproxy-agent.md from check_vllm_agent
+--help, the README's verdict table and its reliability tables from the 60-minute soak's report): fail when
+someone forgot to regenerate them."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,3 +49,44 @@ def test_readme_verdict_table_is_the_contracts():
 
     for word in WORDS:
         assert f"| `{word}` |" in text
+
+
+def test_the_agent_help_block_is_current(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    tool = _tool()
+    text = tool.AGENT.read_text()
+    assert text.count(tool.A_START) == text.count(tool.A_END) == 1
+    assert tool.render_agent(text) == text, "docs/haproxy-agent.md is stale: run `python tools/update_readme.py`"
+
+
+def test_a_stale_agent_block_is_caught(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    tool = _tool()
+    text = tool.render_agent(tool.AGENT.read_text())
+    stale = text.replace("--probe-every S", "--probe-every SECONDS", 1)
+    assert stale != text and tool.render_agent(stale) != stale
+
+
+def test_every_reply_of_the_agent_table_is_in_its_help():
+    from check_vllm.haproxy import reply
+
+    helped = _tool().agent_usage()
+    for word, state, words in reply.rows():
+        assert f"{word:<13} {state:<9} {words}" in helped, (word, state)
+
+
+def test_the_readme_reliability_tables_are_the_recorded_soaks():
+    """The figures come from one run's report, kept beside the docs; the README is rendered from it."""
+    tool = _tool()
+    text = (ROOT / "README.md").read_text()
+    assert text.count(tool.R_START) == text.count(tool.R_END) == 1
+    assert tool.render_readme(text) == text, "README reliability is stale: run `python tools/update_readme.py`"
+    res = json.loads(tool.SOAK.read_text())
+    assert res["meta"]["minutes"] >= 60 and "shipped defaults" in res["meta"]["settings"], res["meta"]
+    assert f"SOAK_SEED={res['meta']['seed']}" in text
+
+
+def test_a_soak_sequence_reads_as_counts_per_word():
+    words = _tool()._words("busy x3 > stalling/W > stuck/C! x2 > no metrics/W > busy")
+    assert words == {"busy": 4, "stalling": 1, "stuck": 2, "no metrics": 1}
+    assert _tool()._words("-") == {}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from check_vllm.contract.values import Instant
 from check_vllm.memory.statefile import check_file
 from check_vllm.restart.policy import Event, screen
 from tests.loading_vllm import Loaders, free_port
@@ -70,6 +71,34 @@ def test_a_start_the_check_has_not_seen_yet_is_never_restarted(target, loading):
     assert ": restarted: verdict 'down'" in again.stdout and restarts(tmp) == 1, again.stdout
 
 
+def test_a_server_that_is_stopping_is_never_restarted_until_the_stop_grace_ends(target, tmp_path):
+    """The check saw it serve, then refuse (an operator's `supervisorctl restart` whose stop takes a while):
+    stopping, then down once --stop-grace ends. The handler, called on that HARD down, asks the host and
+    judges with the check's judge and the check's memory of when the refusals began."""
+    url, tmp = target
+    made = Loaders(tmp_path / "procs")
+
+    def check(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["check_vllm", "-u", url, "--state-dir", str(tmp / "state"), "--min-gap", "0",
+                               *extra], capture_output=True, text=True, timeout=60)
+    try:
+        proc = made.serving(int(url.rsplit(":", 1)[1]))
+        assert check().returncode == 0
+        made.stop(proc)
+        assert check().stdout.startswith("VLLM WARNING - stopping:")
+        time.sleep(1.1)
+        down = check("--stop-grace", "1")
+        assert down.returncode == 2 and down.stdout.startswith("VLLM CRITICAL - down: refusing"), down.stdout
+        out = handler(tmp, url)  # its --stop-grace is the default 120 s: the stop began 1 s ago
+        assert out.returncode == 0 and restarts(tmp) == 0, out.stdout + out.stderr
+        assert (f"restart refused: verdict 'down', but the server is stopping: vLLM process {proc.pid} served "
+                f"and still lives, refusing for 1.") in out.stdout, out.stdout
+        late = handler(tmp, url, "--stop-grace", "1")  # the check's own value
+        assert ": restarted: verdict 'down'" in late.stdout and restarts(tmp) == 1, late.stdout
+    finally:
+        made.close()
+
+
 def test_past_the_grace_a_process_that_never_served_is_restarted(target, loading):
     url, tmp = target
     plant(tmp, url, "down")
@@ -122,6 +151,26 @@ def test_status_is_the_handlers_decision_as_a_service_state(target):
     assert down.returncode == 1 and "scheduled downtime" in down.stdout
 
 
+def test_status_holds_a_restart_back_while_the_main_service_is_soft(target):
+    """The restart service is HARD at once (max_check_attempts 1): without the main service's state type it
+    would make a restart due on the main service's first CRITICAL, before its retries confirmed it."""
+    url, tmp = target
+    plant(tmp, url, "down")
+    soft = status(tmp, url, "--state-type", "0", "--attempt", "1")  # Icinga 2 passes 0/1 and check_attempt
+    assert soft.returncode == 1, soft.stdout
+    assert soft.stdout.startswith("VLLM_RESTART WARNING - held back: the main service is CRITICAL SOFT, attempt 1, "
+                                  "a restart waits for its HARD state (verdict 'down' (planted)"), soft.stdout
+    hard = status(tmp, url, "--state-type", "HARD")
+    assert hard.returncode == 2 and hard.stdout.startswith("VLLM_RESTART CRITICAL - due: verdict 'down'"), hard.stdout
+    unknown = status(tmp, url, "--state-type=")  # Nagios' on-demand macro of a service it does not know: empty
+    assert unknown.returncode == 2, unknown.stdout
+    plant(tmp, url, "busy", 0)
+    quiet = status(tmp, url, "--state-type", "SOFT")  # nothing to restart: SOFT changes nothing
+    assert quiet.returncode == 0 and "nothing to restart" in quiet.stdout, quiet.stdout
+    bad = status(tmp, url, "--state-type", "LATER")
+    assert bad.returncode == 3 and "--state-type must be SOFT or HARD" in bad.stdout, bad.stdout
+
+
 def test_status_usage_errors_are_unknown_not_critical(tmp_path):
     out = subprocess.run(["check_vllm_restart", "--status", "--url", "ftp://x"], capture_output=True, text=True,
                          timeout=60)
@@ -139,9 +188,10 @@ def test_a_restart_in_progress_reads_as_now_until_the_command_ends(tmp_path):
 
     marker = tmp_path / "marker.json"
     write_json(marker, {"restarted_at": time.time() - 30, "in_progress": True})
-    at, note = load_marker(marker)
-    assert note is None and at is not None and abs(at - time.time()) < 2
+    now = Instant(time.time())
+    at, note = load_marker(marker, now)
+    assert note is None and at == now
     write_json(marker, {"restarted_at": time.time() - 5000, "in_progress": True})  # a handler that died
-    assert load_marker(marker)[0] < time.time() - 4000
+    assert load_marker(marker, now)[0].wall < time.time() - 4000
     write_json(marker, {"restarted_at": time.time() - 30})
-    assert time.time() - load_marker(marker)[0] > 25
+    assert time.time() - load_marker(marker, now)[0].wall > 25

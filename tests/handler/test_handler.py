@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -27,6 +28,7 @@ from check_vllm.memory.statefile import (
 )
 from check_vllm.restart.history import history_path
 from check_vllm.restart.policy import Event, Policy, decide
+from check_vllm.server import clock
 
 NOW = 1_800_000_000.0
 URL = "http://127.0.0.1:1"  # nothing listens on port 1: the real check says "down"
@@ -71,7 +73,7 @@ def test_decision_table(event, v, restarts, policy, act, why):
     d = decide(event, remembered(v), None, restarts, policy, NOW)  # as the handler reads it from the file
     assert d.act is act, d.why
     assert why in d.why
-    assert d.kind == ("restart" if act else d.kind)
+    assert (d.kind == "restart") is act, d.kind  # a restart, and only a restart, is kind "restart"
 
 
 def test_refusals_by_a_guard_are_marked_as_such():
@@ -121,8 +123,8 @@ def test_restarts_once_on_a_real_down_verdict_and_writes_the_marker(tmp_path):
 
     marker = marker_path(tmp_path / "state", URL)
     assert stat.S_IMODE(marker.stat().st_mode) == 0o600
-    at = read_marker(marker)
-    assert at is not None and abs(time.time() - at) < 30
+    at = read_marker(marker, clock.now())
+    assert at is not None and abs(time.time() - at.wall) < 30 and at.boot == clock.boot_id()
     hist = json.loads(history_path(tmp_path / "state", URL).read_text())["data"]["restarts"]
     assert [(h["verdict"], h["rc"]) for h in hist] == [("down", 0)]
 
@@ -149,6 +151,7 @@ def test_cooldown_then_circuit_breaker(tmp_path):
         out = handler(tmp_path, "--cooldown", "0.5", "--max-per-hour", "2")
         if n <= 2:
             assert restarts(tmp_path) == n, out.stdout
+            assert f"restart {n} of at most 2 this hour" in out.stdout, out.stdout
             time.sleep(0.05)
             plant_verdict(tmp_path, "stuck", 2, age=0.0)  # a newer verdict, so only the cooldown says no
             early = handler(tmp_path, "--cooldown", "60", "--max-per-hour", "2")
@@ -159,15 +162,50 @@ def test_cooldown_then_circuit_breaker(tmp_path):
         time.sleep(0.6)
 
 
-def test_a_restart_dated_in_the_future_counts_from_now_not_until_the_clock_catches_up(tmp_path):
-    """The clock stepped back an hour after a restart: one cooldown from then, not an hour of refusals."""
+def test_a_wall_clock_step_forward_lets_no_cooldown_pass_early(tmp_path):
+    """The wall clock jumps two hours ahead right after a restart (NTP after a boot, a VM resumed): the
+    cooldown counts on the boot-time clock the entry carries, so the next stuck is still refused."""
     plant_verdict(tmp_path, "stuck", 2, age=0.0)
     assert handler(tmp_path, "--cooldown", "0").returncode == 0 and restarts(tmp_path) == 1
     path = history_path(tmp_path / "state", URL)
     doc = json.loads(path.read_text())
-    for e in doc["data"]["restarts"]:
-        e["at"], e["done"] = e["at"] + 3600, e["done"] + 3600  # as a clock 1 h fast wrote it
+    [e] = doc["data"]["restarts"]
+    assert e["boot"] == clock.boot_id() and e["mono"] <= clock.now().mono, e
+    e["at"], e["done"] = e["at"] - 7200, e["done"] - 7200  # as seen after the step: two hours ago
     path.write_text(json.dumps(doc))
+    plant_verdict(tmp_path, "stuck", 2, age=0.0)
+    held = handler(tmp_path, "--cooldown", "900")
+    assert restarts(tmp_path) == 1, held.stdout
+    assert re.search(r"restart refused: verdict 'stuck', but the last restart was [0-9] s ago \(cooldown 900 s\)",
+                     held.stdout), held.stdout
+
+
+def one_restart_redated(tmp: Path, at: float, done: float) -> Path:
+    """One real restart on record, then dated `at` .. `done` on the wall clock alone (as another clock, or a
+    slow command, left it)."""
+    plant_verdict(tmp, "stuck", 2, age=0.0)
+    assert handler(tmp, "--cooldown", "0").returncode == 0 and restarts(tmp) == 1
+    path = history_path(tmp / "state", URL)
+    doc = json.loads(path.read_text())
+    [entry] = doc["data"]["restarts"]
+    entry.update(at=at, done=done)
+    del entry["mono"], entry["boot"]  # and no boot-time clock to measure it by (an older handler, another boot)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_the_log_counts_restarts_as_the_circuit_breaker_does(tmp_path):
+    """A restart whose command began 3700 s ago but finished 3500 s ago is in the breaker's hour (it counts
+    from when it finished): the log's "restart N of at most M" counts it too, from the same history."""
+    one_restart_redated(tmp_path, time.time() - 3700, time.time() - 3500)
+    plant_verdict(tmp_path, "stuck", 2, age=0.0)
+    out = handler(tmp_path, "--cooldown", "0", "--max-per-hour", "3")
+    assert restarts(tmp_path) == 2 and "restart 2 of at most 3 this hour" in out.stdout, out.stdout
+
+
+def test_a_restart_dated_in_the_future_counts_from_now_not_until_the_clock_catches_up(tmp_path):
+    """The clock stepped back an hour after a restart: one cooldown from then, not an hour of refusals."""
+    path = one_restart_redated(tmp_path, time.time() + 3600, time.time() + 3600)  # as a clock 1 h fast wrote it
 
     time.sleep(0.05)
     plant_verdict(tmp_path, "stuck", 2, age=0.0)
@@ -313,14 +351,14 @@ def test_a_verdict_written_while_the_restart_ran_is_about_the_old_process(tmp_pa
     plant_verdict(tmp_path, "stuck", 2)
     repo, tmp = str(Path(__file__).parents[2]), str(tmp_path)
     code = (f"import time, sys; sys.path.insert(0, {repo!r}); time.sleep(0.4); "
-            "from tests.monitoring.test_handler import plant_verdict; from pathlib import Path; "
+            "from tests.handler.test_handler import plant_verdict; from pathlib import Path; "
             f"plant_verdict(Path({tmp!r}), 'stuck', 2, age=0.0); time.sleep(0.4)")
     t0 = time.time()
     out = handler(tmp_path, "--cooldown", "0", command=[sys.executable, "-c", code])
     t1 = time.time()
     assert out.returncode == 0 and ": restarted:" in out.stdout, out.stdout + out.stderr
-    at = read_marker(marker_path(tmp_path / "state", URL))
-    assert at is not None and t0 + 0.7 <= at <= t1
+    at = read_marker(marker_path(tmp_path / "state", URL), clock.now())
+    assert at is not None and t0 + 0.7 <= at.wall <= t1
     again = handler(tmp_path, "--cooldown", "0")
     assert "before the last restart" in again.stdout, again.stdout
 
@@ -338,7 +376,7 @@ def test_a_command_that_leaves_the_server_running_in_the_background_is_done_when
     try:
         assert took < 15, f"waited {took:.0f} s for the background server's output to close"
         assert out.returncode == 0 and ": restarted:" in out.stdout, out.stdout + out.stderr
-        assert read_marker(marker_path(tmp_path / "state", URL)) is not None
+        assert read_marker(marker_path(tmp_path / "state", URL), clock.now()) is not None
         os.kill(server, 0)  # still running: raises ProcessLookupError if the handler killed it
         assert Path(f"/proc/{server}/stat").read_text().split()[2] != "Z"
     finally:
