@@ -43,10 +43,15 @@ from check_vllm.contract.values import Instant, Memory
 from check_vllm.memory import codec as memory
 from check_vllm.memory.statefile import check_file
 from check_vllm.server.reading import parse
-from vllm_simulator import Simulator
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT))  # tests.real_vllm.server: the harness that starts a real vLLM
+# The checkout, after the installed package: the simulator (not in the wheel) and tests.real_vllm.server,
+# the harness that starts a real vLLM.
+sys.path.append(str(ROOT))
+from procstat import cpu_ticks  # noqa: E402  (bench/, the script's own directory)
+
+from vllm_simulator import Simulator  # noqa: E402
+
 REAL = ROOT / "tests" / "fixtures" / "real" / "saturated.txt"
 FLOOR = [sys.executable, "-c", "import httpx, nagiosplugin, prometheus_client.parser"]
 #: The floor without prometheus_client, which a run no longer imports (check_vllm.server.promtext parses).
@@ -237,12 +242,6 @@ def bench_traffic(state: Path) -> dict[str, dict[str, Any]]:
 
 # --------------------------------------------------------------------------- a real vLLM, when there is one
 
-def _cpu_ticks(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rfind(")") + 2:].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime: fields 14 and 15 of /proc/PID/stat
-
-
 def bench_real(state: Path, runs: int, wait: float) -> dict[str, float] | str:
     """API-server CPU and bytes per steady-state run on a real vLLM: restricted vs whole page, or why not."""
     venv = Path(os.environ.get("VLLM_VENV") or Path.home() / ".cache" / "check_vllm" / "vllm-venv")
@@ -290,13 +289,13 @@ def _measure_real(srv: Any, state: Path, runs: int, idle: Callable[[str], bool])
     block = max(runs // 4, 1)
     for _ in range(4):  # blocks in turn, so drift hits both pages alike
         for what in ("restricted", "whole", "idle"):
-            before, started = _cpu_ticks(pid), time.monotonic()
+            before, started = cpu_ticks(pid), time.monotonic()
             for _ in range(block):
                 if what == "idle":
                     time.sleep(0.2)  # the server's own background, over a comparable time
                 else:
                     subprocess.run(cmds[what], capture_output=True, check=False)
-            ticks[what] += _cpu_ticks(pid) - before
+            ticks[what] += cpu_ticks(pid) - before
             seconds[what] += time.monotonic() - started
     n = 4 * block
     background = ticks["idle"] / hz / seconds["idle"]  # CPU seconds per second when nobody asks

@@ -1,39 +1,62 @@
-"""Regenerate the usage block of docs/usage.md from `check_vllm --help`, and the README's verdict table from
-the contract's table (check_vllm.contract.vocab.VERDICTS), so none of them drifts.
+"""Regenerate what the docs carry from the code, so none of it drifts: the usage block of docs/usage.md from
+`check_vllm --help`, the agent's in docs/haproxy-agent.md from `check_vllm_agent --help`, the README's
+verdict table from the contract's table (check_vllm.contract.vocab.VERDICTS), and its reliability tables from
+the report of one 60-minute soak (docs/soak-60min.json, written by `SOAK_MINUTES=60 tox -e soak`).
 
-Run `python tools/update_readme.py`; tests/unit/test_readme.py fails when either is stale.
+Run `python tools/update_readme.py`; tests/unit/test_readme.py fails when any of them is stale.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 USAGE = Path(__file__).resolve().parent.parent / "docs" / "usage.md"
 START, END = "<!-- usage:start -->", "<!-- usage:end -->"
+AGENT = USAGE.parent / "haproxy-agent.md"
+A_START, A_END = "<!-- agent-usage:start -->", "<!-- agent-usage:end -->"
 README = USAGE.parent.parent / "README.md"
 V_START, V_END = "<!-- verdicts:start -->", "<!-- verdicts:end -->"
+SOAK = USAGE.parent / "soak-60min.json"
+R_START, R_END = "<!-- reliability:start -->", "<!-- reliability:end -->"
 
 
-def usage() -> str:
+def help_of(parser_module: str) -> str:
+    """A front end's --help as the docs carry it (100 columns: argparse wraps to the terminal)."""
+    import importlib
     import os
 
-    from check_vllm.nagios.cli import parser
-
-    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: pin it so the output is stable
-
+    os.environ["COLUMNS"] = "100"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        parser().print_help()
+        importlib.import_module(parser_module).parser().print_help()
     return out.getvalue().rstrip() + "\n"
 
 
+def usage() -> str:
+    return help_of("check_vllm.nagios.cli")
+
+
+def agent_usage() -> str:
+    return help_of("check_vllm.haproxy.cli")
+
+
+def _between(text: str, start: str, end: str, block: str) -> str:
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{block}{end}{tail}"
+
+
 def render(text: str) -> str:
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n```\n{usage()}```\n{END}{tail}"
+    return _between(text, START, END, f"```\n{usage()}```\n")
+
+
+def render_agent(text: str) -> str:
+    return _between(text, A_START, A_END, f"```\n{agent_usage()}```\n")
 
 
 def verdicts() -> str:
@@ -46,14 +69,69 @@ def verdicts() -> str:
     return "\n".join(rows) + "\n"
 
 
+def _words(sequence: str) -> Counter[str]:
+    """The soak report's verdict sequence ('busy x3 > stalling/W > stuck/C!', tests/soak/report.py's _seq)
+    as counts per word."""
+    counts: Counter[str] = Counter()
+    for part in sequence.split(" > "):
+        head, _, n = part.partition(" x")
+        if head != "-":
+            counts[head.split("/")[0]] += int(n or 1)
+    return counts
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f} s"
+
+
+def _window_rows(res: dict) -> list[str]:
+    rows = ["| windows | n | minutes | checks | OK / WARNING / CRITICAL | restarts | verdicts |",
+            "|---|---:|---:|---:|---|---:|---|"]
+    for kind in ("boot", "normal", "fault", "after"):
+        ws = [w for w in res["windows"] if w["kind"] == kind]
+        words = sum((_words(w["sequence"]) for w in ws), Counter())
+        st = {s: sum(w["states"][s] for w in ws) for s in ("OK", "WARNING", "CRITICAL")}
+        top = ", ".join(f"{w} {n}" for w, n in sorted(words.items(), key=lambda kv: (-kv[1], kv[0])))
+        rows.append(f"| {kind} | {len(ws)} | {sum(w['seconds'] for w in ws) / 60:.1f} | "
+                    f"{sum(w['checks'] for w in ws)} | {st['OK']} / {st['WARNING']} / {st['CRITICAL']} | "
+                    f"{sum(len(w['restarts']) for w in ws)} | {top} |")
+    return rows
+
+
+def _fault_rows(res: dict) -> list[str]:
+    rows = ["| fault | restarts (expected) | to CRITICAL | to HARD CRITICAL | to restart | to OK |",
+            "|---|---|---:|---:|---:|---:|"]
+    for w in res["windows"]:
+        if w["kind"] == "fault":
+            on = ", on " + ", ".join(f"`{v}`" for v in w["restart_verdicts"]) if w["restart_verdicts"] else ""
+            hold = f", {w['hold']:.0f} s" if w.get("hold") else ""
+            rows.append(f"| {w['fault']}{hold} | {w['handler_restarts']} ({w['expected_restarts']}){on} | "
+                        f"{_s(w['to_critical'])} | {_s(w['to_hard_critical'])} | {_s(w['to_restart'])} | "
+                        f"{_s(w['to_ok'])} |")
+    return rows
+
+
+def reliability(res: dict) -> str:
+    """The README's reliability block: one soak's checks, verdicts by window and restarts per fault."""
+    m, p, t = res["meta"], res["probes"], res["tokens"]
+    st = res["states"]
+    head = (f"`SOAK_MINUTES={m['minutes']:g} SOAK_SEED={m['seed']}`: {res['checks']} checks (OK {st['OK']}, "
+            f"WARNING {st['WARNING']}, CRITICAL {st['CRITICAL']}, UNKNOWN {st['UNKNOWN']}), "
+            f"{res['traffic']['requests']} load requests, {res['handler_restarts']} restarts by the handler. "
+            f"**False CRITICALs: {res['false_criticals']}. Inference requests the check sent while busy: "
+            f"{p['sent_while_busy']}** ({p['counted_at_server']} probes counted at the server, by "
+            f"{p['probing_checks']} checks, all on idle readings). tokens/s perfdata against the server's own "
+            f"counter: {t['aggregate']:+.1%} over {t['intervals']} intervals.")
+    return "\n".join([head, "", *_window_rows(res), "", *_fault_rows(res)]) + "\n"
+
+
 def render_readme(text: str) -> str:
-    head, rest = text.split(V_START, 1)
-    _, tail = rest.split(V_END, 1)
-    return f"{head}{V_START}\n{verdicts()}{V_END}{tail}"
+    text = _between(text, V_START, V_END, verdicts())
+    return _between(text, R_START, R_END, reliability(json.loads(SOAK.read_text())))
 
 
 if __name__ == "__main__":
-    for path, renderer in ((USAGE, render), (README, render_readme)):
+    for path, renderer in ((USAGE, render), (AGENT, render_agent), (README, render_readme)):
         text = path.read_text()
         new = renderer(text)
         if new != text:
