@@ -25,6 +25,7 @@ from tests.monitoring.harness import ensure_installed, free_port
 from tests.real_vllm.server import VllmSetupError, ensure_tiny_model, ensure_venv
 
 from ..heavy_lock import HeavyLock
+from ..tiers import mark_tier, write_reports
 from .incident import IcingaWithTimes, Watchdog, World, plugin_dir, restart_service_conf, service_conf, summary
 from .supervisor import Supervisord, SupervisorError
 
@@ -35,17 +36,11 @@ REPORT: dict[str, str] = {}
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    for item in items:  # tryfirst: the marker must be there before pytest's -m deselection
-        if HERE in Path(str(item.fspath)).resolve().parents:
-            item.add_marker(pytest.mark.incident)
+    mark_tier(items, HERE, "incident")
 
 
 def pytest_terminal_summary(terminalreporter):
-    if REPORT:
-        for title, text in REPORT.items():
-            terminalreporter.write_sep("-", title)
-            for line in text.splitlines():
-                terminalreporter.write_line(line)
+    write_reports(terminalreporter, REPORT)
     if TIMINGS:
         terminalreporter.write_sep("-", "incident tier timings")
         for k, v in TIMINGS.items():

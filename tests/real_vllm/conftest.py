@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ..heavy_lock import HeavyLock
+from ..tiers import mark_tier
 from .server import CACHE_DIR, VllmServer, VllmSetupError, VllmStartError, ensure_tiny_model, ensure_venv, free_port
 
 HERE = Path(__file__).resolve().parent
@@ -25,10 +26,7 @@ TIMINGS: dict[str, float] = {}
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    # tryfirst: the marker must exist before pytest's own -m deselection runs.
-    for item in items:
-        if HERE in Path(str(item.fspath)).resolve().parents:
-            item.add_marker(pytest.mark.real_vllm)
+    mark_tier(items, HERE, "real_vllm")
     # Tests that leave the session server dead (marked real_vllm_last) run after every other test.
     items.sort(key=lambda item: item.get_closest_marker("real_vllm_last") is not None)
 

@@ -28,6 +28,7 @@ import pytest
 from tests.real_vllm.server import CACHE_DIR, VllmSetupError, VllmStartError, ensure_tiny_model, free_port
 
 from ..heavy_lock import HeavyLock
+from ..tiers import mark_tier
 from .harness import NOTES, ReleaseServer, ensure_matrix, releases
 from .runs import Check, runner
 
@@ -57,12 +58,11 @@ def _middle(item) -> bool:
 def pytest_collection_modifyitems(config, items):
     full = os.environ.get("VLLM_MATRIX_FULL") == "1"
     kept, dropped = [], []
+    mine = set(map(id, mark_tier(items, HERE, "real_vllm_matrix")))
     for item in items:
-        if HERE in Path(str(item.fspath)).resolve().parents:
-            item.add_marker(pytest.mark.real_vllm_matrix)
-            if not full and item.originalname in RELOADING and _middle(item):
-                dropped.append(item)
-                continue
+        if id(item) in mine and not full and item.originalname in RELOADING and _middle(item):
+            dropped.append(item)
+            continue
         kept.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

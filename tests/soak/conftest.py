@@ -26,6 +26,7 @@ from tests.monitoring.harness import ensure_installed, free_port
 from tests.real_vllm.server import VllmSetupError, ensure_tiny_model, ensure_venv
 
 from ..heavy_lock import HeavyLock
+from ..tiers import mark_tier, write_reports
 from . import faults as faults_mod
 from .report import analyse, markdown
 from .sampler import Sampler
@@ -39,16 +40,11 @@ REPORT: dict[str, str] = {}
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    for item in items:  # tryfirst: the marker must be there before pytest's -m deselection
-        if HERE in Path(str(item.fspath)).resolve().parents:
-            item.add_marker(pytest.mark.soak)
+    mark_tier(items, HERE, "soak")
 
 
 def pytest_terminal_summary(terminalreporter):
-    for title, text in REPORT.items():
-        terminalreporter.write_sep("-", title)
-        for line in text.splitlines():
-            terminalreporter.write_line(line)
+    write_reports(terminalreporter, REPORT)
 
 
 def service_conf(soak: Soak, url: str, state_dir: Path, restart: list[str], log: Path) -> str:
