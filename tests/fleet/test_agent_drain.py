@@ -104,13 +104,7 @@ def test_a_frozen_backend_is_drained_at_its_first_stalling_down_on_proof_and_bac
         first_time("HAProxy to mark a DOWN", lambda: all(s.startswith("DOWN") for s in fleet.status("a")), 3)
         time.sleep(max(t_freeze + FREEZE - time.time(), 0))
         t_resume = time.time()
-        fleet.sims["a"].set_scenario("busy")
-        _, ready = first_time("agent a to say up ready", lambda: fleet.agents["a"].words() == "up ready", 5)
-        _, back = first_time("HAProxy to put a back", lambda: fleet.status("a") == ["UP", "UP"], 4, every=0.05)
-        time.sleep(2.5)
-        t_end = time.time()
-        for load in loads.values():
-            load.stop()
+        ready, back, t_end = _serve_again(fleet, "a", loads, settle=2.5)
 
     figures = {f: _failed(loads[f].between(t_freeze, t_resume)) for f in FRONTENDS}
     sent = {f: len(loads[f].between(t_freeze, t_resume)) for f in FRONTENDS}
@@ -150,6 +144,19 @@ def test_a_frozen_backend_is_drained_at_its_first_stalling_down_on_proof_and_bac
         assert "Traceback" not in agent.log.read_text()
 
 
+def _serve_again(fleet, name: str, loads: dict, settle: float) -> tuple[float, float, float]:
+    """Backend `name` serves again: when its agent said ready, when HAProxy put it back, and the end of the
+    load, `settle` seconds later (so the test sees it serve)."""
+    fleet.sims[name].set_scenario("busy")
+    _, ready = first_time(f"agent {name} to say up ready", lambda: fleet.agents[name].words() == "up ready", 5)
+    _, back = first_time(f"HAProxy to put {name} back", lambda: fleet.status(name) == ["UP", "UP"], 4, every=0.05)
+    time.sleep(settle)
+    t_end = time.time()
+    for load in loads.values():
+        load.stop()
+    return ready, back, t_end
+
+
 def test_a_restarted_backend_is_drained_while_it_loads_never_down_flapping_and_back_once_it_serves(fleet, tmp_path):
     loaders = Loaders(tmp_path)
     try:
@@ -170,13 +177,7 @@ def test_a_restarted_backend_is_drained_while_it_loads_never_down_flapping_and_b
             loader.kill()
             loader.wait()
             t_serve = time.time()
-            fleet.sims["b"].set_scenario("busy")  # serving: a new process
-            _, ready = first_time("agent b to say up ready", lambda: fleet.agents["b"].words() == "up ready", 5)
-            _, back = first_time("HAProxy to put b back", lambda: fleet.status("b") == ["UP", "UP"], 4, every=0.05)
-            time.sleep(2.0)
-            t_end = time.time()
-            for load in loads.values():
-                load.stop()
+            ready, back, t_end = _serve_again(fleet, "b", loads, settle=2.0)  # serving: a new process
     finally:
         loaders.close()
 
