@@ -126,7 +126,8 @@ def observe(
     return seen._replace(verdict=seen.verdict._replace(memory=carried))
 
 
-def _silence(calls: _Calls, memory: Memory, failure: Failure, settings: Settings, marker: Instant | None = None) -> Verdict:
+def _silence(calls: _Calls, memory: Memory, failure: Failure, settings: Settings, marker: Instant | None = None,
+             second_look: bool = False) -> Verdict:
     """A run without a reading, judged (imported here: a run that got its reading never loads that judge);
     the host is asked for the server's process only then, and only when it could be a witness."""
     from check_vllm.judge.silence import assess_failure
@@ -136,7 +137,24 @@ def _silence(calls: _Calls, memory: Memory, failure: Failure, settings: Settings
     if failure.kind in (DOWN, UNRESPONSIVE, NO_METRICS):
         calls.doing("looking for the server's process")
         witness = host.witness(calls.endpoint.url, calls.options.pid_file, calls.options.pid_command)
-    return assess_failure(memory, failure, settings, calls.now(), marker, witness)
+    return assess_failure(memory, failure, settings, calls.now(), marker, witness, second_look)
+
+
+def _first_reading(calls: _Calls, memory: Memory, settings: Settings, marker: Instant | None,
+                   sleep: Callable[[float], None]) -> Reading | Verdict:
+    """The run's first reading, or its verdict without one. A server that refused with no process here
+    right after it was up gets a second look (the judge asks): a restart may be between its stop and start."""
+    got = calls.metrics()
+    if isinstance(got, Reading):
+        return got
+    verdict = _silence(calls, memory, got, settings, marker)
+    pause = calls.options.look_again
+    if verdict.action != REREAD or time.monotonic() + pause + 1.0 >= calls.deadline:
+        return verdict
+    calls.doing(f"{pause:g} s before a second look")
+    sleep(pause)
+    again = calls.metrics()
+    return again if isinstance(again, Reading) else _silence(calls, memory, again, settings, marker, True)
 
 
 def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: Instant | None,
@@ -147,9 +165,9 @@ def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: Instant
         return Observation(_silence(calls, memory, calls.liveness(PROXY, ""), settings))
 
     started = time.monotonic()
-    got = calls.metrics()
-    if isinstance(got, Failure):
-        return Observation(_silence(calls, memory, got, settings, marker))
+    got = _first_reading(calls, memory, settings, marker, sleep)
+    if isinstance(got, Verdict):
+        return Observation(got)
     verdict = assess(memory, got, settings, now())
     # A second read is fair only with at least the time the first one took: cut shorter by -t, a slow
     # server's late answer would read as no answer.

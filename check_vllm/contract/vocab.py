@@ -172,6 +172,9 @@ class Options(NamedTuple):
     reread_delay: float = 3.0
     #: False where the caller reads again soon anyway (the Netdata plugin's next tick).
     reread: bool = True
+    #: Seconds before the second look at a server that refused with no process on this host although the run
+    #: before saw it up: a restart's stop-to-start gap (supervisorctl, systemctl) is milliseconds.
+    look_again: float = 1.0
     #: The server's process, where its command line cannot tell (a wrapper, a container): a pid file,
     #: or a command that prints the pid (`supervisorctl pid vllm`). Neither: found by its command line.
     pid_file: str | None = None

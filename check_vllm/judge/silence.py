@@ -6,7 +6,9 @@ with --proxy, on /v1/models) earns a streak that must be proven like every stuck
 one that answered slowly within the run's budget gave a reading and never gets here. What the
 monitoring side cannot reach (DNS, TLS) or could not send is UNKNOWN: restarting the server cannot
 mend it; so is a peer that does not speak HTTP (an https port, a header past the client's limit). An
-answer is never silence: /v1/models answering 4xx or looping redirects is WARNING at most.
+answer is never silence: /v1/models answering 4xx or looping redirects is WARNING at most. A first look a
+restart can fool (refused with no process here, a reset before any answer) asks for a second one when the
+run before saw the server up.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from check_vllm.contract.vocab import (
     OK,
     PROTOCOL,
     PROXY,
+    REREAD,
     STARTING,
     STOPPING,
     UNKNOWN,
@@ -131,12 +134,28 @@ def _stop_goes_on(memory: Memory, saved: Stopping | None, detail: str, settings:
                   wording.stopping_exited(saved.pid, span, settings.stop_grace, detail), None, now)
 
 
+#: The run before saw no server at all: a failure now is nothing new, and gets no second look.
+_NOT_UP = (DOWN, PROTOCOL, UNREACHABLE)
+
+
+def _look_again(memory: Memory, doubtful: bool, second_look: bool) -> str | None:
+    """REREAD for a first look that a restart can fool, when the run before saw the server up: nothing
+    listening and no process on this host (a restart's stop-to-start gap, supervisorctl or systemctl,
+    lasts milliseconds), or a connection reset before any answer (a listener closing under a connection
+    it had queued). The second look, a moment later, finds the next process starting, or the server
+    answering; the same again, and it is what it says."""
+    was_up = memory.last is not None and memory.last.word not in _NOT_UP
+    return REREAD if doubtful and was_up and not second_look else None
+
+
 def assess_failure(memory: Memory, failure: Failure, settings: Settings, now: Instant | float,
-                   restart_marker: Instant | float | None = None, witness: Witness | None = None) -> Verdict:
+                   restart_marker: Instant | float | None = None, witness: Witness | None = None,
+                   second_look: bool = False) -> Verdict:
     """Judge a run in which /metrics gave no reading (or proxy mode, which never reads it).
 
     `witness` is what this host saw of the server's process (None: the host is no witness, a remote URL):
-    a process that has not served yet is starting, whoever started it; no process at all is down."""
+    a process that has not served yet is starting, whoever started it; no process at all is down (after
+    a second look, `second_look`, when the run before saw it up)."""
     now = instant(now)
     kind, detail = failure.kind, failure.detail
     stopping, memory = memory.stopping, memory._replace(stopping=None)
@@ -146,7 +165,8 @@ def assess_failure(memory: Memory, failure: Failure, settings: Settings, now: In
     if kind == UNREACHABLE or failure.models == UNREACHABLE:
         return finish(memory, UNREACHABLE, UNKNOWN, wording.unreachable(detail), None, now)
     if kind == PROTOCOL or failure.models == PROTOCOL:
-        return finish(memory, PROTOCOL, UNKNOWN, wording.not_http(detail), None, now)
+        return finish(memory, PROTOCOL, UNKNOWN, wording.not_http(detail), None, now,
+                      action=_look_again(memory, True, second_look))
     if kind == PROXY:
         if failure.models == MODELS_OK:
             return finish(memory, PROXY, OK, wording.models(failure.model), None, now)
@@ -155,13 +175,13 @@ def assess_failure(memory: Memory, failure: Failure, settings: Settings, now: In
         if streaking:
             return _silent(memory, PROXY, f"/v1/models failed: {detail}", settings, now)
         return finish(memory, PROXY, CRITICAL, f"/v1/models failed: {detail}", None, now)
+    process = witness.process if witness is not None else None
+    seen_gone = kind == DOWN and process is None and witness is not None and not witness.error  # the host: none
     if kind in (DOWN, UNRESPONSIVE, NO_METRICS):
-        process = witness.process if witness is not None else None
         if process is not None and not _served_since(memory, process):
             return _loading(memory, process, detail, settings, now)
         if process is not None and kind == DOWN:
             return _stopping(memory, stopping, process, detail, settings, now)
-        seen_gone = kind == DOWN and witness is not None and not witness.error  # the host says: no process
         held = _stop_goes_on(memory, stopping, detail, settings, now) if seen_gone else None
         if held is not None:
             return held
@@ -172,7 +192,7 @@ def assess_failure(memory: Memory, failure: Failure, settings: Settings, now: In
         if since is not None:
             return finish(memory, STARTING, WARNING, wording.starting(since, detail), None, now)
     if kind == DOWN:
-        return finish(memory, DOWN, CRITICAL, detail, None, now)
+        return finish(memory, DOWN, CRITICAL, detail, None, now, action=_look_again(memory, seen_gone, second_look))
     if kind == UNRESPONSIVE:
         return _silent(memory, UNRESPONSIVE, detail, settings, now)
     # no metrics: liveness from /v1/models only

@@ -88,6 +88,37 @@ def test_a_server_that_served_and_is_stopping_is_stopping_then_down_after_the_st
     assert gone.code == 2
 
 
+def test_a_restart_between_its_stop_and_its_start_is_starting_not_down(run_check, loader, tmp_path):
+    """`supervisorctl restart`: the old process is gone and the next not spawned yet, for milliseconds. A run
+    whose look at the host falls into that gap right after the server was up looks again a second later
+    and finds the next process starting (here `supervisorctl pid`'s 0, then the new pid); none: down."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    old = loader.serving(port)
+    assert run_check("-u", url, "--min-gap", "0").code == 0
+    old.kill()
+    old.wait()
+    new = loader(port)
+    looks = tmp_path / "looks"
+    gap = f"echo look >> {looks}; if [ $(wc -l < {looks}) -gt 1 ]; then echo {new.pid}; else echo 0; fi"
+    r = run_check("-u", url, "--min-gap", "0", "--pid-command", gap)
+    assert norm(r.first) == (f"VLLM WARNING - starting: vLLM process {new.pid} (from its pid command) started <N> "
+                             f"ago, not serving yet (grace <N>; connection refused ({url})){PERF}")
+    assert (r.code, looks.read_text().count("look")) == (1, 2)
+    new.kill()
+    new.wait()
+    back = loader.serving(port)
+    assert run_check("-u", url, "--min-gap", "0").code == 0
+    back.kill()
+    back.wait()
+    looks.unlink()
+    dead = run_check("-u", url, "--min-gap", "0", "--pid-command", f"echo look >> {looks}; echo 0")
+    assert (dead.first, dead.code) == (f"VLLM CRITICAL - down: connection refused ({url}){PERF}", 2)
+    assert looks.read_text().count("look") == 2
+    again = run_check("-u", url, "--min-gap", "0", "--pid-command", f"echo look >> {looks}; echo 0")
+    assert (again.word, looks.read_text().count("look")) == ("down", 3)  # already down: one look
+
+
 def test_a_vllm_process_on_another_port_is_not_the_server(run_check, loader):
     port, other = free_port(), free_port()
     loader(other)

@@ -22,8 +22,11 @@ from check_vllm.contract.vocab import (
     DOWN,
     NO_METRICS,
     OK,
+    PROTOCOL,
+    REREAD,
     STARTING,
     STOPPING,
+    UNKNOWN,
     UNRESPONSIVE,
     WARNING,
     Settings,
@@ -168,6 +171,29 @@ def test_no_stop_seen_or_a_host_that_cannot_say_leaves_nothing_listening_down():
     assert (remote.word, remote.code) == (DOWN, CRITICAL)
     silent = judge(stopping.memory, 140.0, Witness(), Failure(UNRESPONSIVE, "timed out"))
     assert silent.word == UNRESPONSIVE  # only refused connections carry the stop on
+
+
+def test_nothing_listening_and_no_process_right_after_it_was_up_asks_for_a_second_look():
+    """A restart's stop-to-start gap (supervisorctl stops, then starts: milliseconds) can fall between a run's
+    refused connection and its look at the host (CI's soak saw it once): that look asks for a second one,
+    which finds the next process starting, or none: down. A server already down, one never seen up, a host
+    that cannot say and a remote URL are down at once, as before."""
+    served = assess(Memory(), reading(), S, at(100.0))
+    gap = judge(served.memory, 130.0, Witness())
+    assert (gap.word, gap.code, gap.action) == (DOWN, CRITICAL, REREAD)
+    second = assess_failure(served.memory, REFUSED, S, at(131.0), None, proc(2222, 130.5), second_look=True)
+    assert (second.word, second.code, second.action) == (STARTING, WARNING, None)
+    dead = assess_failure(served.memory, REFUSED, S, at(131.0), None, Witness(), second_look=True)
+    assert (dead.word, dead.code, dead.action, dead.text) == (DOWN, CRITICAL, None, "connection refused")
+    assert judge(dead.memory, 140.0, Witness()).action is None  # already down: no pause on every run
+    assert judge(Memory(), 10.0, Witness()).action is None
+    assert judge(served.memory, 130.0, Witness(error="permission denied")).action is None
+    assert judge(served.memory, 130.0, None).action is None
+    silent = judge(served.memory, 130.0, Witness(), Failure(UNRESPONSIVE, "timed out"))
+    assert silent.action is None  # only refused connections: an answer that does not come is the proof's
+    reset = judge(served.memory, 130.0, None, Failure(PROTOCOL, "GET /metrics: connection reset at once"))
+    assert (reset.word, reset.code, reset.action) == (PROTOCOL, UNKNOWN, REREAD)  # a listener closing under it
+    assert judge(reset.memory, 135.0, None, Failure(PROTOCOL, "reset")).action is None  # never up since: no look
 
 
 def test_the_stop_survives_the_state_file():
