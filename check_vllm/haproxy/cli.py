@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from check_vllm import __version__
 from check_vllm.contract.vocab import OPTIONS, SETTINGS
-from check_vllm.nagios.args import Parser, UsageError, check_url, number
+from check_vllm.nagios.args import Parser, UsageError, check_url, number, read_api_key
 
 from . import reply
 
@@ -73,25 +73,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _api_key(path: str | None) -> str | None:
-    import os
-
-    from check_vllm.server.fetch import unsendable
-
-    if path:
-        try:
-            with open(path, encoding="utf-8-sig") as fh:
-                key = fh.readline().strip()
-        except (OSError, UnicodeDecodeError) as err:
-            raise UsageError(f"cannot read --api-key-file: {getattr(err, 'strerror', None) or err}") from None
-    else:
-        key = os.environ.get("VLLM_API_KEY") or ""
-    problem = unsendable(key)
-    if problem:
-        raise UsageError(f"the API key cannot be sent: {problem}")
-    return key or None
-
-
 def say(message: str) -> None:
     try:
         sys.stderr.write(f"{PROG}: {message}\n")
@@ -116,7 +97,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         args = parser().parse_args(argv)
         check_url(args.url)
         address = parse_listen(args.listen, int(DEFAULT_LISTEN.rsplit(":", 1)[1]))
-        api_key = _api_key(args.api_key_file)
+        api_key = read_api_key(args.api_key_file)
     except (UsageError, ValueError) as err:
         _fail(2, f"usage: {err} (see --help)")
     endpoint = Endpoint(args.url, api_key=api_key, connect_timeout=min(args.timeout, 5.0))

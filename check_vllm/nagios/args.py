@@ -66,3 +66,29 @@ def _bad_port(url: str) -> str | None:
     else:
         port = authority.partition(":")[2] or None
     return port if port and not port.isdigit() else None
+
+
+def read_api_key(path: str | None) -> str | None:
+    """The key from `path` (--api-key-file) or $VLLM_API_KEY, checked at start: one that cannot go in an
+    HTTP header fails inside the client before anything is sent, which must never read as a server that
+    does not answer. A key file's leading UTF-8 BOM (Notepad writes one) and surrounding white space are
+    not part of the key; an empty key file is a mistake, not "no key"."""
+    import os
+
+    from check_vllm.server.fetch import unsendable  # here: the check's start-up does not pay for httpx twice
+
+    if path:
+        try:
+            with open(path, encoding="utf-8-sig") as fh:
+                key = fh.readline().strip()
+        except (OSError, UnicodeDecodeError) as err:
+            raise UsageError(f"cannot read --api-key-file: {getattr(err, 'strerror', None) or err}") from None
+        if not key:
+            raise UsageError("--api-key-file is empty")
+        source = f"--api-key-file {path}"
+    else:
+        key, source = os.environ.get("VLLM_API_KEY") or "", "$VLLM_API_KEY"
+    problem = unsendable(key)
+    if problem:
+        raise UsageError(f"the API key in {source} cannot be sent: {problem}")
+    return key or None

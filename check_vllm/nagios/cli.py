@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import time
@@ -14,7 +13,7 @@ from typing import Any, NoReturn
 from check_vllm import __version__
 from check_vllm.contract.vocab import CODE_NAMES, OPTIONS, RUN_TIMEOUT, SETTINGS, UNKNOWN
 from check_vllm.nagios import statusline
-from check_vllm.nagios.args import Parser, UsageError, check_url, number
+from check_vllm.nagios.args import Parser, UsageError, check_url, number, read_api_key
 
 PROG = "check_vllm"
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -143,29 +142,6 @@ def _check_ca_file(path: str) -> None:
         raise UsageError(f"--ca-file {path}: not a readable PEM CA bundle ({why})") from None
 
 
-def _api_key(args: argparse.Namespace) -> str | None:
-    """The key, checked at start: one that cannot go in an HTTP header fails inside the client before
-    anything is sent, which must never read as a server that does not answer. A key file's leading
-    UTF-8 BOM (Notepad writes one) and surrounding white space are not part of the key."""
-    from check_vllm.server.fetch import unsendable
-
-    if args.api_key_file:
-        try:
-            with open(args.api_key_file, encoding="utf-8-sig") as fh:
-                key = fh.readline().strip()
-        except (OSError, UnicodeDecodeError) as err:
-            raise UsageError(f"cannot read --api-key-file: {getattr(err, 'strerror', None) or err}") from None
-        if not key:
-            raise UsageError("--api-key-file is empty")
-        source = f"--api-key-file {args.api_key_file}"
-    else:
-        key, source = os.environ.get("VLLM_API_KEY") or "", "$VLLM_API_KEY"
-    problem = unsendable(key)
-    if problem:
-        raise UsageError(f"the API key in {source} cannot be sent: {problem}")
-    return key or None
-
-
 def _unknown(message: str) -> NoReturn:
     print(f"VLLM {CODE_NAMES[UNKNOWN]} - {statusline.fit(message)}")
     sys.exit(UNKNOWN)
@@ -202,7 +178,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     signal.setitimer(signal.ITIMER_REAL, max(args.timeout - (time.monotonic() - started), 0.1))
     try:
         waiting_for[0] = "the API key file" if args.api_key_file else "start-up"
-        api_key = _api_key(args)  # inside the alarm: a FIFO or a hung mount must not block forever
+        api_key = read_api_key(args.api_key_file)  # inside the alarm: a FIFO or a hung mount must not block forever
         if args.ca_file:
             waiting_for[0] = "the CA file"
             _check_ca_file(args.ca_file)

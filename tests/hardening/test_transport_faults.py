@@ -82,6 +82,28 @@ def test_key_that_cannot_go_in_a_header_is_a_usage_error(check, tmp_path, where)
         assert srv.seen == []
 
 
+@pytest.mark.parametrize("case", ["env", "file", "empty"])
+def test_the_agent_checks_its_key_as_the_check_does(tmp_path, case):
+    """check_vllm_agent reads the key with the check's own reader: the same messages, naming the source,
+    and an empty key file is a mistake there too (it used to start keyless, and every probe got a 401)."""
+    import os
+    import subprocess
+    import sys
+
+    keyfile = tmp_path / "key"
+    keyfile.write_text("" if case == "empty" else "sk-caf\u00e9-0123\n", encoding="utf-8")
+    env = {**os.environ, "VLLM_API_KEY": "sk-caf\u00e9-0123"} if case == "env" else dict(os.environ)
+    extra = [] if case == "env" else ["--api-key-file", str(keyfile)]
+    done = subprocess.run([sys.executable, "-m", "check_vllm.haproxy.cli", "-u", "http://127.0.0.1:9", *extra],
+                          capture_output=True, text=True, timeout=60, env=env)
+    why = {"env": "the API key in $VLLM_API_KEY cannot be sent: character 7 is U+00E9",
+           "file": f"the API key in --api-key-file {keyfile} cannot be sent: character 7 is U+00E9",
+           "empty": "--api-key-file is empty (see --help)"}[case]
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr.startswith(f"check_vllm_agent: usage: {why}"), done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_a_request_that_never_left_is_not_the_servers_silence():
     """The second line of defence, below the start-up check: a header the client cannot encode fails
     inside httpx before anything is sent, and is the monitoring side's fault, never unresponsive."""
@@ -155,6 +177,43 @@ def test_http_to_a_tls_port_is_protocol_not_unresponsive(check, tmp_path):
             assert r.code == UNKNOWN, r.out
             assert r.first == (f"VLLM UNKNOWN - protocol: GET /metrics: connection reset at once, no HTTP answer "
                                f"({url}): {NOT_HTTP} | {NO_READING}"), r.out
+
+
+def test_a_reset_right_after_the_server_served_gets_a_second_look(check):
+    """A listener that closes under a connection it had queued resets it before any answer (a restart:
+    CI's monitoring tier saw one). When the run before read the server, the run looks again a second later
+    and is judged from what it finds; a reset again, or one from a server never read, is `protocol`."""
+    import struct
+
+    resets = [0]
+    with Simulator(scenario="busy") as sim:
+        page = sim_page(sim)
+
+        def serve(conn: socket.socket, stop: threading.Event) -> None:
+            if resets[0] > 0:
+                resets[0] -= 1
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()  # RST, before any answer
+                return
+            read_request(conn)
+            body = page()
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nConnection: close\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            conn.close()
+
+        with RawServer(serve) as srv:
+            args = ("-u", srv.url, "--no-probe", *FAST)
+            assert check(*args).word == "busy"
+            resets[0] = 1
+            looked = check(*args)
+            assert (looked.code, looked.word, resets[0]) == (OK, "busy", 0), looked.out
+            resets[0] = 2
+            twice = check(*args)
+            assert (twice.code, resets[0]) == (UNKNOWN, 0), twice.out
+            assert twice.first == (f"VLLM UNKNOWN - protocol: GET /metrics: connection reset at once, no HTTP "
+                                   f"answer ({srv.url}): {NOT_HTTP} | {NO_READING}"), twice.out
+            resets[0] = 2
+            assert (check(*args).word, resets[0]) == ("protocol", 1)  # the run before saw no server: one look
 
 
 def _huge_header(conn: socket.socket, stop: threading.Event) -> None:
