@@ -20,7 +20,19 @@ from typing import NamedTuple
 
 import httpx
 
-from check_vllm.contract.values import CUT_SHORT, REJECTED, Failure, Instant, Memory, ProbeOutcome, Reading, Verdict
+from check_vllm.contract.values import (
+    CUT_SHORT,
+    ENGINE_DEAD,
+    REFUSED,
+    REJECTED,
+    Failure,
+    Instant,
+    Memory,
+    ProbeOutcome,
+    Reading,
+    Verdict,
+    Witness,
+)
 from check_vllm.contract.vocab import (
     DOWN,
     NO_METRICS,
@@ -131,13 +143,45 @@ def _silence(calls: _Calls, memory: Memory, failure: Failure, settings: Settings
     """A run without a reading, judged (imported here: a run that got its reading never loads that judge);
     the host is asked for the server's process only then, and only when it could be a witness."""
     from check_vllm.judge.silence import assess_failure
+
+    return assess_failure(memory, failure, settings, calls.now(), marker, _witness(calls, failure.kind), second_look)
+
+
+def _witness(calls: _Calls, kind: str) -> Witness | None:
+    """What the host sees of the server's process, asked only for a failure it can explain."""
+    if kind not in (DOWN, UNRESPONSIVE, NO_METRICS):
+        return None
     from check_vllm.server import host
 
-    witness = None
-    if failure.kind in (DOWN, UNRESPONSIVE, NO_METRICS):
-        calls.doing("looking for the server's process")
-        witness = host.witness(calls.endpoint.url, calls.options.pid_file, calls.options.pid_command)
-    return assess_failure(memory, failure, settings, calls.now(), marker, witness, second_look)
+    calls.doing("looking for the server's process")
+    return host.witness(calls.endpoint.url, calls.options.pid_file, calls.options.pid_command)
+
+
+def _probed(calls: _Calls, verdict: Verdict, got: Reading, settings: Settings, marker: Instant | None,
+            sleep: Callable[[float], None], fair: float) -> tuple[Verdict, Reading]:
+    """The idle probe, and the reading it may need; a server gone after it gets the second look too."""
+    from check_vllm.judge.probe import after_probe  # only an idle engine's run gets here
+
+    now = calls.now
+    outcome = calls.probe(calls.options.model or got.model)
+    refused = outcome.kind in (REFUSED, ENGINE_DEAD)  # the probe was the second look: its reading saw it up
+    probed = after_probe(verdict, outcome, None, settings, now(), _witness(calls, DOWN) if refused else None,
+                         marker, refused)
+    if probed.action == REREAD and time.monotonic() + fair >= calls.deadline:  # no fair re-read left: no proof
+        probed = after_probe(verdict, outcome._replace(kind=CUT_SHORT), None, settings, now())
+    for second_look in (False, True):
+        if probed.action != REREAD or (second_look and time.monotonic() + calls.options.look_again + 1.0
+                                        >= calls.deadline):
+            break
+        if second_look:  # the judge asks: nothing listens and no process, right after it served
+            calls.doing(f"{calls.options.look_again:g} s before a second look")
+            sleep(calls.options.look_again)
+        reread = calls.metrics()
+        witness = _witness(calls, reread.kind) if isinstance(reread, Failure) else None
+        probed = after_probe(verdict, outcome, reread, settings, now(), witness, marker, second_look)
+        if isinstance(reread, Reading):
+            got = reread
+    return probed, got
 
 
 def _first_reading(calls: _Calls, memory: Memory, settings: Settings, marker: Instant | None,
@@ -183,18 +227,5 @@ def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: Instant
         got, verdict = again, assess(verdict.memory, again, settings, now())
 
     if verdict.action == PROBE and options.probe and may_probe():
-        from check_vllm.judge.probe import (
-            after_probe,  # only an idle engine's run gets here: a busy one-shot run never loads it
-        )
-
-        outcome = calls.probe(options.model or got.model)
-        probed = after_probe(verdict, outcome, None, settings, now())
-        if probed.action == REREAD and time.monotonic() + fair >= deadline:  # no fair re-read left: no proof
-            probed = after_probe(verdict, outcome._replace(kind=CUT_SHORT), None, settings, now())
-        if probed.action == REREAD:
-            reread = calls.metrics()
-            probed = after_probe(verdict, outcome, reread, settings, now())
-            if isinstance(reread, Reading):
-                got = reread
-        verdict = probed
+        verdict, got = _probed(calls, verdict, got, settings, marker, sleep, fair)
     return Observation(verdict, got)

@@ -23,6 +23,7 @@ from check_vllm.contract.values import (
     Reading,
     Remembered,
     Verdict,
+    Witness,
 )
 from check_vllm.contract.vocab import BUSY, CRITICAL, DOWN, IDLE, OK, REREAD, STALLING, STUCK, WARNING, Settings
 from check_vllm.judge import wording
@@ -41,13 +42,17 @@ def _amend(verdict: Verdict, memory: Memory, word: str, code: int, text: str, no
 
 
 def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failure | None, settings: Settings,
-                now: Instant | float) -> Verdict:
+                now: Instant | float, witness: Witness | None = None, marker: Instant | None = None,
+                second_look: bool = False) -> Verdict:
     """Finish an idle verdict with the probe's outcome.
 
     An unanswered probe needs a second reading: without `reread` that case comes back with action
-    REREAD, and the caller calls again with one.
+    REREAD, and the caller calls again with one. A probe refused, or a reread that failed, is judged as
+    any run without a reading is (check_vllm.judge.silence), with what the host saw of the server's
+    process (`witness`) and the restart marker: an operator's restart during the probe is a stop, not down.
     """
     now = instant(now)
+    host = (witness, second_look)
     memory = verdict.memory
     pending = verdict.word in (STALLING, STUCK)  # idle, still standing on an earlier unanswered probe
     if outcome.kind == ANSWERED:
@@ -58,9 +63,9 @@ def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failu
                                 unanswered=None)
         return _amend(verdict, spent, verdict.word, OK, wording.probe_answered(head, outcome.seconds), now, outcome)
     if outcome.kind == REFUSED:
-        return assess_failure(memory, Failure(DOWN, outcome.detail), settings, now)
+        return assess_failure(memory, Failure(DOWN, outcome.detail), settings, now, marker, *host)
     if outcome.kind == ENGINE_DEAD:
-        return assess_failure(memory, Failure(DOWN, wording.engine_died(outcome.detail)), settings, now)
+        return assess_failure(memory, Failure(DOWN, wording.engine_died(outcome.detail)), settings, now, marker, *host)
     if pending and outcome.kind in (REJECTED, CUT_SHORT):  # proves nothing: the pending word stands
         return _amend(verdict, memory, verdict.word, verdict.code, f"{verdict.text}; the probe proved nothing: "
                       f"{outcome.detail}", now, outcome)
@@ -70,16 +75,16 @@ def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failu
         return _amend(verdict, memory, IDLE, WARNING, wording.probe_cut_short(outcome.detail), now, outcome)
     if reread is None:
         return verdict._replace(action=REREAD)
+    if isinstance(reread, Failure):
+        failed = assess_failure(memory, reread, settings, now, marker, *host)
+        return failed._replace(text=f"{failed.text}; the probe failed too: {outcome.detail}")
     return _unanswered(verdict, outcome, reread, settings, now)
 
 
-def _unanswered(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failure, settings: Settings,
+def _unanswered(verdict: Verdict, outcome: ProbeOutcome, reread: Reading, settings: Settings,
                 now: Instant) -> Verdict:
     """Timed out or 5xx, and a second reading to tell a stalled engine from a slow one."""
     memory = verdict.memory
-    if isinstance(reread, Failure):
-        failed = assess_failure(memory, reread, settings, now)
-        return failed._replace(text=f"{failed.text}; the probe failed too: {outcome.detail}")
     base = memory.baseline
     if base is None:
         return _amend(verdict, memory, verdict.word, WARNING, wording.probe_no_reread(outcome.detail), now, outcome)

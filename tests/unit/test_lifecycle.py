@@ -196,6 +196,28 @@ def test_nothing_listening_and_no_process_right_after_it_was_up_asks_for_a_secon
     assert judge(reset.memory, 135.0, None, Failure(PROTOCOL, "reset")).action is None  # never up since: no look
 
 
+def test_a_stop_during_the_idle_probe_is_judged_with_the_host_too():
+    """An operator's restart while the idle probe waits (CI's soak: the probe timed out, the reread was
+    refused): the probe's failures are judged with what the host saw, as every run without a reading is."""
+    from check_vllm.contract.values import NO_ANSWER, ProbeOutcome
+    from check_vllm.contract.values import REFUSED as PROBE_REFUSED
+    from check_vllm.judge.probe import after_probe
+
+    idle = assess(Memory(), reading(running=0.0), S, at(100.0))
+    timed_out = ProbeOutcome(NO_ANSWER, 5.0, "POST /v1/completions timed out after 5.0 s")
+    alive = after_probe(idle, timed_out, REFUSED, S, at(105.0), proc(1234, 0.0))
+    assert (alive.word, alive.code) == (STOPPING, WARNING)
+    assert alive.text.endswith("; the probe failed too: POST /v1/completions timed out after 5.0 s")
+    gap = after_probe(idle, timed_out, REFUSED, S, at(105.0), Witness())
+    assert (gap.word, gap.code, gap.action) == (DOWN, CRITICAL, REREAD)  # the caller looks again
+    next_one = after_probe(idle, timed_out, REFUSED, S, at(106.0), proc(2222, 105.5), second_look=True)
+    assert (next_one.word, next_one.code) == (STARTING, WARNING)
+    refused = after_probe(idle, ProbeOutcome(PROBE_REFUSED, 0.0, "connection refused"), None, S, at(101.0),
+                          proc(1234, 0.0), second_look=True)
+    assert (refused.word, refused.code, refused.action) == (STOPPING, WARNING, None)
+    assert after_probe(idle, timed_out, REFUSED, S, at(105.0)).word == DOWN  # no witness: as before
+
+
 def test_the_stop_survives_the_state_file():
     served = assess(Memory(), reading(), S, at(100.0))
     memory = judge(served.memory, 130.0, proc(1234, 0.0)).memory
