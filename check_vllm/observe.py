@@ -22,7 +22,6 @@ import httpx
 
 from check_vllm.contract.values import (
     CUT_SHORT,
-    ENGINE_DEAD,
     REFUSED,
     REJECTED,
     Failure,
@@ -164,7 +163,9 @@ def _probed(calls: _Calls, verdict: Verdict, got: Reading, settings: Settings, m
 
     now = calls.now
     outcome = calls.probe(calls.options.model or got.model)
-    refused = outcome.kind in (REFUSED, ENGINE_DEAD)  # the probe was the second look: its reading saw it up
+    # refused: the probe was the second look (its reading saw the server up); an engine its API server
+    # calls dead is down whatever the host says (no stop: a restart cures it)
+    refused = outcome.kind == REFUSED
     probed = after_probe(verdict, outcome, None, settings, now(), _witness(calls, DOWN) if refused else None,
                          marker, refused)
     if probed.action == REREAD and time.monotonic() + fair >= calls.deadline:  # no fair re-read left: no proof
