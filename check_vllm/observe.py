@@ -156,6 +156,17 @@ def _witness(calls: _Calls, kind: str) -> Witness | None:
     return host.witness(calls.endpoint.url, calls.options.pid_file, calls.options.pid_command)
 
 
+def _second_look_due(calls: _Calls, sleep: Callable[[float], None]) -> bool:
+    """Wait for the second look the judge asked for (nothing listens and no process right after the server
+    was up), when the deadline leaves room for it and a reading after it."""
+    pause = calls.options.look_again
+    if time.monotonic() + pause + 1.0 >= calls.deadline:
+        return False
+    calls.doing(f"{pause:g} s before a second look")
+    sleep(pause)
+    return True
+
+
 def _probed(calls: _Calls, verdict: Verdict, got: Reading, settings: Settings, marker: Instant | None,
             sleep: Callable[[float], None], fair: float) -> tuple[Verdict, Reading]:
     """The idle probe, and the reading it may need; a server gone after it gets the second look too."""
@@ -163,25 +174,24 @@ def _probed(calls: _Calls, verdict: Verdict, got: Reading, settings: Settings, m
 
     now = calls.now
     outcome = calls.probe(calls.options.model or got.model)
-    # refused: the probe was the second look (its reading saw the server up); an engine its API server
-    # calls dead is down whatever the host says (no stop: a restart cures it)
-    refused = outcome.kind == REFUSED
+    refused = outcome.kind == REFUSED  # the probe was the second look: its reading saw the server up
     probed = after_probe(verdict, outcome, None, settings, now(), _witness(calls, DOWN) if refused else None,
                          marker, refused)
     if probed.action == REREAD and time.monotonic() + fair >= calls.deadline:  # no fair re-read left: no proof
         probed = after_probe(verdict, outcome._replace(kind=CUT_SHORT), None, settings, now())
-    for second_look in (False, True):
-        if probed.action != REREAD or (second_look and time.monotonic() + calls.options.look_again + 1.0
-                                        >= calls.deadline):
-            break
-        if second_look:  # the judge asks: nothing listens and no process, right after it served
-            calls.doing(f"{calls.options.look_again:g} s before a second look")
-            sleep(calls.options.look_again)
-        reread = calls.metrics()
-        witness = _witness(calls, reread.kind) if isinstance(reread, Failure) else None
-        probed = after_probe(verdict, outcome, reread, settings, now(), witness, marker, second_look)
-        if isinstance(reread, Reading):
-            got = reread
+
+    def reread(second_look: bool) -> Verdict:
+        nonlocal got
+        again = calls.metrics()
+        if isinstance(again, Reading):
+            got = again
+            return after_probe(verdict, outcome, again, settings, now(), None, marker, second_look)
+        return after_probe(verdict, outcome, again, settings, now(), _witness(calls, again.kind), marker, second_look)
+
+    if probed.action == REREAD:
+        probed = reread(False)
+        if probed.action == REREAD and _second_look_due(calls, sleep):
+            probed = reread(True)
     return probed, got
 
 
@@ -193,11 +203,8 @@ def _first_reading(calls: _Calls, memory: Memory, settings: Settings, marker: In
     if isinstance(got, Reading):
         return got
     verdict = _silence(calls, memory, got, settings, marker)
-    pause = calls.options.look_again
-    if verdict.action != REREAD or time.monotonic() + pause + 1.0 >= calls.deadline:
+    if verdict.action != REREAD or not _second_look_due(calls, sleep):
         return verdict
-    calls.doing(f"{pause:g} s before a second look")
-    sleep(pause)
     again = calls.metrics()
     return again if isinstance(again, Reading) else _silence(calls, memory, again, settings, marker, True)
 

@@ -52,7 +52,6 @@ def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failu
     process (`witness`) and the restart marker: an operator's restart during the probe is a stop, not down.
     """
     now = instant(now)
-    host = (witness, second_look)
     memory = verdict.memory
     pending = verdict.word in (STALLING, STUCK)  # idle, still standing on an earlier unanswered probe
     if outcome.kind == ANSWERED:
@@ -63,9 +62,9 @@ def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failu
                                 unanswered=None)
         return _amend(verdict, spent, verdict.word, OK, wording.probe_answered(head, outcome.seconds), now, outcome)
     if outcome.kind == REFUSED:
-        return assess_failure(memory, Failure(DOWN, outcome.detail), settings, now, marker, *host)
-    if outcome.kind == ENGINE_DEAD:
-        return assess_failure(memory, Failure(DOWN, wording.engine_died(outcome.detail)), settings, now, marker, *host)
+        return assess_failure(memory, Failure(DOWN, outcome.detail), settings, now, marker, witness, second_look)
+    if outcome.kind == ENGINE_DEAD:  # its API server says so: down whatever the host sees (no stop; a restart cures it)
+        return assess_failure(memory, Failure(DOWN, wording.engine_died(outcome.detail)), settings, now, marker)
     if pending and outcome.kind in (REJECTED, CUT_SHORT):  # proves nothing: the pending word stands
         return _amend(verdict, memory, verdict.word, verdict.code, f"{verdict.text}; the probe proved nothing: "
                       f"{outcome.detail}", now, outcome)
@@ -76,7 +75,7 @@ def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failu
     if reread is None:
         return verdict._replace(action=REREAD)
     if isinstance(reread, Failure):
-        failed = assess_failure(memory, reread, settings, now, marker, *host)
+        failed = assess_failure(memory, reread, settings, now, marker, witness, second_look)
         return failed._replace(text=f"{failed.text}; the probe failed too: {outcome.detail}")
     return _unanswered(verdict, outcome, reread, settings, now)
 

@@ -199,7 +199,7 @@ def test_nothing_listening_and_no_process_right_after_it_was_up_asks_for_a_secon
 def test_a_stop_during_the_idle_probe_is_judged_with_the_host_too():
     """An operator's restart while the idle probe waits (CI's soak: the probe timed out, the reread was
     refused): the probe's failures are judged with what the host saw, as every run without a reading is."""
-    from check_vllm.contract.values import NO_ANSWER, ProbeOutcome
+    from check_vllm.contract.values import ENGINE_DEAD, NO_ANSWER, ProbeOutcome
     from check_vllm.contract.values import REFUSED as PROBE_REFUSED
     from check_vllm.judge.probe import after_probe
 
@@ -216,6 +216,8 @@ def test_a_stop_during_the_idle_probe_is_judged_with_the_host_too():
                           proc(1234, 0.0), second_look=True)
     assert (refused.word, refused.code, refused.action) == (STOPPING, WARNING, None)
     assert after_probe(idle, timed_out, REFUSED, S, at(105.0)).word == DOWN  # no witness: as before
+    dead = after_probe(idle, ProbeOutcome(ENGINE_DEAD, 0.0, "EngineDeadError"), None, S, at(101.0), proc(1234, 0.0))
+    assert (dead.word, dead.code) == (DOWN, CRITICAL)  # the API server's own word: no stop, whatever the host sees
 
 
 def test_the_stop_survives_the_state_file():
