@@ -22,8 +22,10 @@ import httpx
 
 from check_vllm.contract.values import (
     CUT_SHORT,
-    REFUSED,
+    ENGINE_DEAD,
+    NO_ANSWER,
     REJECTED,
+    Evidence,
     Failure,
     Instant,
     Memory,
@@ -33,7 +35,9 @@ from check_vllm.contract.values import (
     Witness,
 )
 from check_vllm.contract.vocab import (
+    CONFIRM,
     DOWN,
+    LOOK_AGAIN,
     NO_METRICS,
     PROBE,
     PROXY,
@@ -114,7 +118,13 @@ class _Calls:
                 return ProbeOutcome(REJECTED, 0.0, f"no model to probe: {err.detail}")
         self.doing(f"the probe (POST /v1/completions, up to {self.options.probe_timeout:g} s)")
         budget = self.left(self.options.probe_timeout)
-        return api.complete(self.client, self.endpoint, model or "", budget, budget >= self.options.probe_timeout)
+        outcome = api.complete(self.client, self.endpoint, model or "", budget, budget >= self.options.probe_timeout)
+        if outcome.kind != NO_ANSWER:
+            return outcome
+        self.doing("GET /health")  # a dead engine's words changed in 0.33: its /health did not
+        if api.engine_dead(self.client, self.endpoint, self.left(None)):
+            return outcome._replace(kind=ENGINE_DEAD, detail=f"{outcome.detail}; GET /health answered 503")
+        return outcome
 
 
 def observe(
@@ -137,15 +147,6 @@ def observe(
     return seen._replace(verdict=seen.verdict._replace(memory=carried))
 
 
-def _silence(calls: _Calls, memory: Memory, failure: Failure, settings: Settings, marker: Instant | None = None,
-             second_look: bool = False) -> Verdict:
-    """A run without a reading, judged (imported here: a run that got its reading never loads that judge);
-    the host is asked for the server's process only then, and only when it could be a witness."""
-    from check_vllm.judge.silence import assess_failure
-
-    return assess_failure(memory, failure, settings, calls.now(), marker, _witness(calls, failure.kind), second_look)
-
-
 def _witness(calls: _Calls, kind: str) -> Witness | None:
     """What the host sees of the server's process, asked only for a failure it can explain."""
     if kind not in (DOWN, UNRESPONSIVE, NO_METRICS):
@@ -156,57 +157,83 @@ def _witness(calls: _Calls, kind: str) -> Witness | None:
     return host.witness(calls.endpoint.url, calls.options.pid_file, calls.options.pid_command)
 
 
+def _engine_said(calls: _Calls, failure: Failure) -> Failure:
+    """A read that got no answer from a server that answers (a 5xx, a time-out): its API server may say the
+    engine died (GET /health, on this path only)."""
+    if failure.kind != UNRESPONSIVE or failure.dead_engine:
+        return failure
+    calls.doing("GET /health")
+    if api.engine_dead(calls.client, calls.endpoint, calls.left(None)):
+        return Failure(DOWN, f"{failure.detail}; GET /health answered 503", dead_engine=True)
+    return failure
+
+
+def _judged(calls: _Calls, memory: Memory, failure: Failure, settings: Settings, marker: Instant | None,
+            second_look: bool) -> Verdict:
+    """The evidence of a run without a reading, gathered once, and its one judge (imported here: a run that got
+    its reading never loads it)."""
+    from check_vllm.judge.silence import assess_failure
+
+    failure = _engine_said(calls, failure)
+    witness = None if failure.dead_engine else _witness(calls, failure.kind)
+    return assess_failure(memory, Evidence(failure, witness, marker, second_look), settings, calls.now())
+
+
 def _second_look_due(calls: _Calls, sleep: Callable[[float], None]) -> bool:
-    """Wait for the second look the judge asked for (nothing listens and no process right after the server
-    was up), when the deadline leaves room for it and a reading after it."""
+    """Wait for the second look the judge asked for, when the caller allows waiting (Options.reread) and the
+    deadline leaves room for it and a reading after it."""
     pause = calls.options.look_again
-    if time.monotonic() + pause + 1.0 >= calls.deadline:
+    if not calls.options.reread or time.monotonic() + pause + 1.0 >= calls.deadline:
         return False
     calls.doing(f"{pause:g} s before a second look")
     sleep(pause)
     return True
 
 
+def _without_reading(calls: _Calls, memory: Memory, failure: Failure, settings: Settings, marker: Instant | None,
+                     sleep: Callable[[float], None]) -> Reading | Verdict:
+    """The one door for every read or probe that gave no reading: judged on its evidence, and looked at again
+    when the judge asks (LOOK_AGAIN) and there is room; a caller that cannot wait leaves the second look to its
+    next run (the memory says a first look was taken). A Reading: the second look found the server serving."""
+    verdict = _judged(calls, memory, failure, settings, marker, False)
+    if verdict.action != LOOK_AGAIN:
+        return verdict
+    if not _second_look_due(calls, sleep):
+        return verdict._replace(action=None)
+    again = calls.metrics()
+    return again if isinstance(again, Reading) else _judged(calls, memory, again, settings, marker, True)
+
+
 def _probed(calls: _Calls, verdict: Verdict, got: Reading, settings: Settings, marker: Instant | None,
             sleep: Callable[[float], None], fair: float) -> tuple[Verdict, Reading]:
-    """The idle probe, and the reading it may need; a server gone after it gets the second look too."""
-    from check_vllm.judge.probe import after_probe  # only an idle engine's run gets here
+    """The idle probe, and the reading an unanswered one needs (CONFIRM)."""
+    from check_vllm.judge.probe import after_probe, probe_failure  # only an idle engine's run gets here
 
-    now = calls.now
     outcome = calls.probe(calls.options.model or got.model)
-    refused = outcome.kind == REFUSED  # the probe was the second look: its reading saw the server up
-    probed = after_probe(verdict, outcome, None, settings, now(), _witness(calls, DOWN) if refused else None,
-                         marker, refused)
-    if probed.action == REREAD and time.monotonic() + fair >= calls.deadline:  # no fair re-read left: no proof
-        probed = after_probe(verdict, outcome._replace(kind=CUT_SHORT), None, settings, now())
-
-    def reread(second_look: bool) -> Verdict:
-        nonlocal got
-        again = calls.metrics()
-        if isinstance(again, Reading):
-            got = again
-            return after_probe(verdict, outcome, again, settings, now(), None, marker, second_look)
-        return after_probe(verdict, outcome, again, settings, now(), _witness(calls, again.kind), marker, second_look)
-
-    if probed.action == REREAD:
-        probed = reread(False)
-        if probed.action == REREAD and _second_look_due(calls, sleep):
-            probed = reread(True)
-    return probed, got
-
-
-def _first_reading(calls: _Calls, memory: Memory, settings: Settings, marker: Instant | None,
-                   sleep: Callable[[float], None]) -> Reading | Verdict:
-    """The run's first reading, or its verdict without one. A server that refused with no process here
-    right after it was up gets a second look (the judge asks): a restart may be between its stop and start."""
-    got = calls.metrics()
-    if isinstance(got, Reading):
-        return got
-    verdict = _silence(calls, memory, got, settings, marker)
-    if verdict.action != REREAD or not _second_look_due(calls, sleep):
-        return verdict
+    failure = probe_failure(outcome)
+    if failure is not None:
+        return _settled(calls, verdict.memory, got, _without_reading(calls, verdict.memory, failure, settings,
+                                                                      marker, sleep), settings)
+    probed = after_probe(verdict, outcome, None, settings, calls.now())
+    if probed.action != CONFIRM:
+        return probed, got
+    if time.monotonic() + fair >= calls.deadline:  # no fair re-read left: no proof
+        return after_probe(verdict, outcome._replace(kind=CUT_SHORT), None, settings, calls.now()), got
     again = calls.metrics()
-    return again if isinstance(again, Reading) else _silence(calls, memory, again, settings, marker, True)
+    if isinstance(again, Reading):
+        return after_probe(verdict, outcome, again, settings, calls.now()), again
+    settled, got = _settled(calls, verdict.memory, got, _without_reading(calls, verdict.memory, again, settings,
+                                                                          marker, sleep), settings)
+    return settled._replace(text=f"{settled.text}; the probe failed too: {outcome.detail}"), got
+
+
+def _settled(calls: _Calls, memory: Memory, got: Reading, seen: Reading | Verdict,
+             settings: Settings) -> tuple[Verdict, Reading]:
+    """What a run-without-a-reading door gave, as a verdict: a second look that found the server serving is
+    judged as the reading it is."""
+    if isinstance(seen, Verdict):
+        return seen, got
+    return assess(memory, seen, settings, calls.now()), seen
 
 
 def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: Instant | None,
@@ -214,10 +241,11 @@ def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: Instant
     """Read, judge, and read again or probe as the verdict asks."""
     options, deadline, now = calls.options, calls.deadline, calls.now
     if options.proxy:
-        return Observation(_silence(calls, memory, calls.liveness(PROXY, ""), settings))
+        return Observation(_judged(calls, memory, calls.liveness(PROXY, ""), settings, None, False))
 
     started = time.monotonic()
-    got = _first_reading(calls, memory, settings, marker, sleep)
+    first = calls.metrics()
+    got = first if isinstance(first, Reading) else _without_reading(calls, memory, first, settings, marker, sleep)
     if isinstance(got, Verdict):
         return Observation(got)
     verdict = assess(memory, got, settings, now())
@@ -231,9 +259,30 @@ def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: Instant
         sleep(pause)
         again = calls.metrics()
         if isinstance(again, Failure):
-            return Observation(_silence(calls, verdict.memory, again, settings, marker), got)
+            seen = _without_reading(calls, verdict.memory, again, settings, marker, sleep)
+            if isinstance(seen, Verdict):
+                return Observation(seen, got)
+            again = seen
         got, verdict = again, assess(verdict.memory, again, settings, now())
 
     if verdict.action == PROBE and options.probe and may_probe():
         verdict, got = _probed(calls, verdict, got, settings, marker, sleep, fair)
     return Observation(verdict, got)
+
+
+def own_look(url: str, memory: Memory, settings: Settings, options: Options, marker: Instant | None,
+             now: Callable[[], Instant | float] = clock.now) -> Verdict | None:
+    """The restart handler's own look before it acts on a saved down or unresponsive verdict: what the host sees
+    of the server's process now, judged by the one judge of a run without a reading, as a second look (it
+    never asks for another). None when the host adds nothing: no witness, or no process and no stop seen."""
+    from check_vllm.judge.silence import assess_failure, engine_died_last
+    from check_vllm.server import host
+
+    last = memory.last
+    if last is None:
+        return None
+    failure = Failure(last.word, "as the check last saw it", dead_engine=engine_died_last(memory))
+    witness = None if failure.dead_engine else host.witness(url, options.pid_file, options.pid_command)
+    if not failure.dead_engine and (witness is None or (witness.process is None and memory.stopping is None)):
+        return None
+    return assess_failure(memory, Evidence(failure, witness, marker, True), settings, now())

@@ -67,6 +67,9 @@ class Failure(NamedTuple):
     #: UNREACHABLE / UNRESPONSIVE / PROTOCOL as for /metrics; None when it was not asked.
     models: str | None = None
     model: str | None = None
+    #: The server's API server said its engine died (an error naming it, or GET /health 503): down whatever
+    #: the host shows of the API server's process, and a restart is what it needs.
+    dead_engine: bool = False
 
 
 # What became of the 1-token probe: one kind, set where the answer is read.
@@ -171,6 +174,17 @@ class Witness(NamedTuple):
     error: str = ""
 
 
+class Evidence(NamedTuple):
+    """Everything known of a run without a reading, for the one judge of it (check_vllm.judge.silence): what
+    failed, what the host saw of the server's process (None: no witness, a remote URL), check_vllm_restart's
+    marker, and whether this is already the second look of a first look a restart can fool."""
+
+    failure: Failure
+    witness: Witness | None = None
+    marker: Instant | None = None
+    second_look: bool = False
+
+
 class Starts(NamedTuple):
     """Distinct server processes seen starting, none of which has served since the first: a crash loop
     shows as a count that grows while every one of them stays young."""
@@ -179,6 +193,10 @@ class Starts(NamedTuple):
     since: Instant
     #: ServerProcess.identity of the newest one seen.
     last: str
+
+
+#: Stopping.process of a first look that found no process at all (no stop was seen, one is suspected).
+NO_PROCESS = ""
 
 
 class Stopping(NamedTuple):
@@ -214,8 +232,13 @@ class Memory(NamedTuple):
     whole_page: Instant | None = None
     #: Server processes seen starting since the server last served (the host's witness).
     starts: Starts | None = None
-    #: Since when the process that served refuses connections (the host's witness).
+    #: Since when the process that served refuses connections (the host's witness). A Stopping with no
+    #: process (NO_PROCESS) is a first look that found nothing right after the server was up: the run that
+    #: finds it again is the second look.
     stopping: Stopping | None = None
+    #: When its API server last said the engine died: the verdict of that instant (last.at) is down whatever the
+    #: host shows of the API server (the handler's own look reads it).
+    engine_dead: Instant | None = None
 
 
 # --------------------------------------------------------------------------- the verdict

@@ -129,8 +129,14 @@ PERFDATA = (
 
 #: Idle: a 1-token completion would prove the engine answers.
 PROBE = "probe"
-#: No proof either way yet: read /metrics again after a pause.
+#: No proof either way yet (no usable baseline, work present): read /metrics again after a pause.
 REREAD = "reread"
+#: The idle probe went unanswered: a reading now tells a stalled engine from a slow one.
+CONFIRM = "confirm"
+#: A first look a restart can fool (nothing listens and no process, a reset before any answer, right after
+#: the server was up): look again a moment later (Options.look_again); a caller that cannot wait leaves it
+#: to its next run, which the memory makes the second look.
+LOOK_AGAIN = "look again"
 
 # --------------------------------------------------------------------------- defaults
 

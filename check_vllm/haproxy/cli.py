@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from check_vllm import __version__
 from check_vllm.contract.vocab import OPTIONS, SETTINGS
-from check_vllm.nagios.args import Parser, UsageError, check_url, number, read_api_key
+from check_vllm.nagios.args import Parser, UsageError, check_url, lifecycle_options, number, read_api_key
 
 from . import reply
 
@@ -45,8 +45,6 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("-u", "--url", default=DEFAULT_URL, help="the vLLM server beside this agent (default: %(default)s)")
     s.add_argument("--api-key-file", metavar="FILE", help="file holding the API key on its first line "
                    "(else $VLLM_API_KEY)")
-    s.add_argument("--pid-file", metavar="FILE", help="the server's pid file, where its command line cannot tell")
-    s.add_argument("--pid-command", metavar="CMD", help="a command that prints the server's pid")
     a = p.add_argument_group("agent")
     a.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                    help="address for HAProxy's agent-port ([::1]:PORT for IPv6; default: %(default)s)")
@@ -59,9 +57,7 @@ def parser() -> argparse.ArgumentParser:
                    help="comparisons without progress before stuck (default: %(default)s)")
     d.add_argument("--stuck-seconds", type=number(float), default=SETTINGS.stuck_seconds, metavar="S",
                    help="and seconds without progress before stuck (default: %(default)g)")
-    d.add_argument("--start-grace", type=number(float), default=SETTINGS.start_grace, metavar="S",
-                   help="a process younger than this that does not serve yet is starting, not down "
-                        "(default: %(default)g)")
+    lifecycle_options(p, SETTINGS)
     pr = p.add_argument_group("idle probe")
     pr.add_argument("--probe-every", type=number(float, 1), default=DEFAULT_PROBE_EVERY, metavar="S",
                     help="at most one 1-token probe per S seconds, only when idle (default: %(default)g)")
@@ -102,7 +98,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
         _fail(2, f"usage: {err} (see --help)")
     endpoint = Endpoint(args.url, api_key=api_key, connect_timeout=min(args.timeout, 5.0))
     settings = Settings(stuck_readings=args.stuck_readings, stuck_seconds=args.stuck_seconds,
-                        min_gap=min(SETTINGS.min_gap, 0.5 * args.interval), start_grace=args.start_grace)
+                        min_gap=min(SETTINGS.min_gap, 0.5 * args.interval), start_grace=args.start_grace,
+                        stop_grace=args.stop_grace)
     options = Options(probe=not args.no_probe, model=args.model, probe_timeout=args.probe_timeout,
                       metrics_timeout=args.timeout, reread=False, pid_file=args.pid_file, pid_command=args.pid_command)
     watch = Watch(endpoint, settings, options, args.interval, args.probe_every, say=say)

@@ -19,10 +19,11 @@ from typing import NamedTuple
 
 import httpx
 
-from check_vllm.contract.values import Instant, Memory, Verdict
+from check_vllm.contract.values import Verdict
 from check_vllm.contract.vocab import Options, Settings
-from check_vllm.netdata.collector import IN_PROCESS, next_slot  # the collector's in-process memory and cadence
-from check_vllm.observe import observe
+from check_vllm.netdata.collector import next_slot  # the collector's cadence
+from check_vllm.observer import Observer, given_clock
+from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint
 
 from .reply import NO_VERDICT, Reply, reply_for
@@ -44,37 +45,27 @@ class Watch:
 
     def __init__(self, endpoint: Endpoint, settings: Settings, options: Options, every: float, probe_every: float,
                  *, say: Callable[[str], None], client: httpx.Client | None = None,
-                 mono: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+                 mono: Callable[[], float] = time.monotonic, wall: Callable[[], float] | None = None) -> None:
+        """`wall` (with `mono`) is a test's clock; without it the host's (check_vllm.observer)."""
         self.endpoint, self.settings, self.options = endpoint, settings, options
         self.every, self.probe_every, self.say = every, probe_every, say
         self.client = client or endpoint.client()
-        self.mono, self.wall = mono, wall
-        self.memory = Memory()
-        self.last_probe: float | None = None
-        self.probes = 0
+        self.mono = mono
+        now = clock.now if wall is None else given_clock(wall, mono)
+        self.observer = Observer(self.client, endpoint, settings, options, probe_every, now=now, mono=mono)
         self.lock = threading.Lock()
         self._answer = Answer(NO_VERDICT, "no verdict yet: the agent is starting", mono())
         #: An answer older than this is no verdict: the loop is wedged or dead (each read is bounded by
         #: its timeout, the probe by its own).
         self.stale_after = 3 * every + 2 * (options.metrics_timeout or 5.0) + options.probe_timeout
 
-    def _now(self) -> Instant:
-        return Instant(self.wall(), self.mono(), IN_PROCESS)
-
-    def _may_probe(self) -> bool:
-        """Asked only when the server is idle: at most one 1-token probe per probe_every."""
-        if self.last_probe is not None and self.mono() - self.last_probe < self.probe_every:
-            return False
-        self.last_probe = self.mono()
-        self.probes += 1
-        return True
+    @property
+    def probes(self) -> int:
+        return self.observer.probes
 
     def judge(self) -> Verdict:
         """One observation (a GET /metrics; the probe only when idle and due) and the answer it gives."""
-        seen = observe(self.client, self.endpoint, self.memory, self.settings, self.options,
-                       now=self._now, may_probe=self._may_probe)
-        verdict = seen.verdict
-        self.memory = verdict.memory
+        verdict = self.observer.observe().verdict
         reply = reply_for(verdict.word, verdict.code)
         with self.lock:
             before = self._answer.reply

@@ -1,5 +1,8 @@
 """The idle probe's outcome judged: (idle verdict, outcome, re-read) -> Verdict. Pure.
 
+It judges the probe, never silence: a probe refused, or answered by an API server whose engine died, is a
+run without a reading (probe_failure), judged where every such run is.
+
 An answered probe proves an idle engine alive. An unanswered one proves nothing by itself: a
 re-read that shows any movement (the probe's own work included: a late answer is still an answer)
 or work in sight is a live engine, judged by the per-engine rule; only "nothing moved, nothing in
@@ -23,14 +26,12 @@ from check_vllm.contract.values import (
     Reading,
     Remembered,
     Verdict,
-    Witness,
 )
-from check_vllm.contract.vocab import BUSY, CRITICAL, DOWN, IDLE, OK, REREAD, STALLING, STUCK, WARNING, Settings
+from check_vllm.contract.vocab import BUSY, CONFIRM, CRITICAL, DOWN, IDLE, OK, STALLING, STUCK, WARNING, Settings
 from check_vllm.judge import wording
 from check_vllm.judge.assess import finish, keep, new_process, signals_differ
 from check_vllm.judge.compare import counted, gauges, moved_engines, restart_reason
 from check_vllm.judge.proof import extend, instant, lasted, proven
-from check_vllm.judge.silence import assess_failure
 
 
 def _amend(verdict: Verdict, memory: Memory, word: str, code: int, text: str, now: Instant,
@@ -41,15 +42,22 @@ def _amend(verdict: Verdict, memory: Memory, word: str, code: int, text: str, no
                             memory=memory._replace(last=last))
 
 
-def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failure | None, settings: Settings,
-                now: Instant | float, witness: Witness | None = None, marker: Instant | None = None,
-                second_look: bool = False) -> Verdict:
-    """Finish an idle verdict with the probe's outcome.
+def probe_failure(outcome: ProbeOutcome) -> Failure | None:
+    """A probe that found no server to judge (refused, or an engine its API server calls dead): a run without a
+    reading from here on, for the one judge of those (check_vllm.judge.silence). None for every other outcome."""
+    if outcome.kind == REFUSED:
+        return Failure(DOWN, outcome.detail)
+    if outcome.kind == ENGINE_DEAD:
+        return Failure(DOWN, outcome.detail, dead_engine=True)
+    return None
+
+
+def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | None, settings: Settings,
+                now: Instant | float) -> Verdict:
+    """Finish an idle verdict with the probe's outcome (one probe_failure gives no verdict here).
 
     An unanswered probe needs a second reading: without `reread` that case comes back with action
-    REREAD, and the caller calls again with one. A probe refused, or a reread that failed, is judged as
-    any run without a reading is (check_vllm.judge.silence), with what the host saw of the server's
-    process (`witness`) and the restart marker: an operator's restart during the probe is a stop, not down.
+    CONFIRM, and the caller calls again with one (or, if the reading failed, asks the judge of silence).
     """
     now = instant(now)
     memory = verdict.memory
@@ -61,10 +69,6 @@ def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failu
         spent = memory._replace(probe=Footprint(outcome.prompt_tokens, outcome.completion_tokens, now.wall),
                                 unanswered=None)
         return _amend(verdict, spent, verdict.word, OK, wording.probe_answered(head, outcome.seconds), now, outcome)
-    if outcome.kind == REFUSED:
-        return assess_failure(memory, Failure(DOWN, outcome.detail), settings, now, marker, witness, second_look)
-    if outcome.kind == ENGINE_DEAD:  # its API server says so: down whatever the host sees (no stop; a restart cures it)
-        return assess_failure(memory, Failure(DOWN, wording.engine_died(outcome.detail)), settings, now, marker)
     if pending and outcome.kind in (REJECTED, CUT_SHORT):  # proves nothing: the pending word stands
         return _amend(verdict, memory, verdict.word, verdict.code, f"{verdict.text}; the probe proved nothing: "
                       f"{outcome.detail}", now, outcome)
@@ -73,10 +77,7 @@ def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | Failu
     if outcome.kind == CUT_SHORT:
         return _amend(verdict, memory, IDLE, WARNING, wording.probe_cut_short(outcome.detail), now, outcome)
     if reread is None:
-        return verdict._replace(action=REREAD)
-    if isinstance(reread, Failure):
-        failed = assess_failure(memory, reread, settings, now, marker, witness, second_look)
-        return failed._replace(text=f"{failed.text}; the probe failed too: {outcome.detail}")
+        return verdict._replace(action=CONFIRM)
     return _unanswered(verdict, outcome, reread, settings, now)
 
 

@@ -1,4 +1,7 @@
-"""A run without a /metrics reading judged: (memory, failure, settings, now) -> Verdict. Pure.
+"""A run without a /metrics reading judged: (memory, evidence, settings, now) -> Verdict. Pure.
+
+The one judge of every run without a reading: the first read, the in-run re-read, a refused probe, a
+probe's failed re-read, and the handler's own look all hand it one check_vllm.contract.values.Evidence.
 
 What a restart can fix is CRITICAL at once only when nothing listens (connection refused, an engine
 its own API server calls dead). A server that did not answer (a time-out, a 5xx, on /metrics or,
@@ -6,9 +9,10 @@ with --proxy, on /v1/models) earns a streak that must be proven like every stuck
 one that answered slowly within the run's budget gave a reading and never gets here. What the
 monitoring side cannot reach (DNS, TLS) or could not send is UNKNOWN: restarting the server cannot
 mend it; so is a peer that does not speak HTTP (an https port, a header past the client's limit). An
-answer is never silence: /v1/models answering 4xx or looping redirects is WARNING at most. A first look a
-restart can fool (refused with no process here, a reset before any answer) asks for a second one when the
-run before saw the server up.
+answer is never silence: /v1/models answering 4xx or looping redirects is WARNING at most. The host's
+witness tells a loading or stopping server from a dead one; a first look a restart can fool (nothing
+listening and no process, a reset before any answer) asks for a second one (LOOK_AGAIN) when the run
+before saw the server up.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 from check_vllm.contract.values import (
     MODELS_ANSWERED,
     MODELS_OK,
+    NO_PROCESS,
+    Evidence,
     Failure,
     Instant,
     Memory,
@@ -23,17 +29,16 @@ from check_vllm.contract.values import (
     Starts,
     Stopping,
     Verdict,
-    Witness,
     seconds_between,
 )
 from check_vllm.contract.vocab import (
     CRITICAL,
     DOWN,
+    LOOK_AGAIN,
     NO_METRICS,
     OK,
     PROTOCOL,
     PROXY,
-    REREAD,
     STARTING,
     STOPPING,
     UNKNOWN,
@@ -45,6 +50,11 @@ from check_vllm.contract.vocab import (
 from check_vllm.judge import wording
 from check_vllm.judge.assess import finish
 from check_vllm.judge.proof import elapsed, extend, instant, lasted, proven
+
+#: Failures the host's process can explain (a loading, stopping or restarting server).
+_LIFECYCLE = (DOWN, UNRESPONSIVE, NO_METRICS)
+#: The run before saw no server at all: a failure now is nothing new, and gets no second look.
+_NOT_UP = (DOWN, PROTOCOL, UNREACHABLE)
 
 
 def _silent(memory: Memory, word: str, detail: str, settings: Settings, now: Instant) -> Verdict:
@@ -116,14 +126,11 @@ def _stopping(memory: Memory, saved: Stopping | None, process: ServerProcess, de
                   None, now)
 
 
-def _stop_goes_on(memory: Memory, saved: Stopping | None, detail: str, settings: Settings,
-                  now: Instant) -> Verdict | None:
+def _stop_goes_on(memory: Memory, saved: Stopping, detail: str, settings: Settings, now: Instant) -> Verdict | None:
     """The stopping process has exited and no other has started yet: a restart (supervisorctl, a deploy)
     is between its stop and its start, so the stop goes on within the same grace from the first refusal, for
-    the run that first finds it gone and within Settings.respawn_grace of that run. None when no stop was seen
-    or either is over: then nothing listening is down (an engine that died took its API server down with it)."""
-    if saved is None:
-        return None
+    the run that first finds it gone and within Settings.respawn_grace of that run. None when either is
+    over: then nothing listening is down (an engine that died took its API server down with it)."""
     gone = saved.gone if saved.gone is not None else now
     saved = saved._replace(gone=gone)
     span, gap = elapsed(saved.since, now), elapsed(gone, now)
@@ -134,76 +141,99 @@ def _stop_goes_on(memory: Memory, saved: Stopping | None, detail: str, settings:
                   wording.stopping_exited(saved.pid, span, settings.stop_grace, detail), None, now)
 
 
-#: The run before saw no server at all: a failure now is nothing new, and gets no second look.
-_NOT_UP = (DOWN, PROTOCOL, UNREACHABLE)
+def _was_up(memory: Memory) -> bool:
+    return memory.last is not None and memory.last.word not in _NOT_UP
 
 
-def _look_again(memory: Memory, doubtful: bool, second_look: bool) -> str | None:
-    """REREAD for a first look that a restart can fool, when the run before saw the server up: nothing
-    listening and no process on this host (a restart's stop-to-start gap, supervisorctl or systemctl,
-    lasts milliseconds), or a connection reset before any answer (a listener closing under a connection
-    it had queued). The second look, a moment later, finds the next process starting, or the server
-    answering; the same again, and it is what it says."""
-    was_up = memory.last is not None and memory.last.word not in _NOT_UP
-    return REREAD if doubtful and was_up and not second_look else None
+def _first_look(memory: Memory, saved: Stopping | None, second_look: bool) -> bool:
+    """This look can be fooled by a restart and a second one is due: the run before saw the server up, and
+    neither this run (`second_look`) nor an earlier one (a stop in the memory: a NO_PROCESS first look, or a
+    stop it saw and the grace it had) already looked."""
+    return _was_up(memory) and not second_look and saved is None
 
 
-def assess_failure(memory: Memory, failure: Failure, settings: Settings, now: Instant | float,
-                   restart_marker: Instant | float | None = None, witness: Witness | None = None,
-                   second_look: bool = False) -> Verdict:
-    """Judge a run in which /metrics gave no reading (or proxy mode, which never reads it).
-
-    `witness` is what this host saw of the server's process (None: the host is no witness, a remote URL):
-    a process that has not served yet is starting, whoever started it; no process at all is down (after
-    a second look, `second_look`, when the run before saw it up)."""
-    now = instant(now)
-    kind, detail = failure.kind, failure.detail
-    stopping, memory = memory.stopping, memory._replace(stopping=None)
-    streaking = kind == UNRESPONSIVE or (kind in (PROXY, NO_METRICS) and failure.models == UNRESPONSIVE)
-    if not streaking:
-        memory = memory._replace(unresponsive=None)
-    if kind == UNREACHABLE or failure.models == UNREACHABLE:
-        return finish(memory, UNREACHABLE, UNKNOWN, wording.unreachable(detail), None, now)
-    if kind == PROTOCOL or failure.models == PROTOCOL:
-        return finish(memory, PROTOCOL, UNKNOWN, wording.not_http(detail), None, now,
-                      action=_look_again(memory, True, second_look))
-    if kind == PROXY:
-        if failure.models == MODELS_OK:
-            return finish(memory, PROXY, OK, wording.models(failure.model), None, now)
-        if failure.models == MODELS_ANSWERED:
-            return finish(memory, PROXY, WARNING, detail, None, now)
-        if streaking:
-            return _silent(memory, PROXY, f"/v1/models failed: {detail}", settings, now)
-        return finish(memory, PROXY, CRITICAL, f"/v1/models failed: {detail}", None, now)
+def _host_explains(memory: Memory, saved: Stopping | None, evidence: Evidence, detail: str, settings: Settings,
+                   now: Instant) -> Verdict | None:
+    """What the host's witness and the restart marker make of a failure a lifecycle can cause: starting,
+    stopping, a second look; None when they explain nothing (down, or the failure stands)."""
+    failure, witness = evidence.failure, evidence.witness
     process = witness.process if witness is not None else None
-    seen_gone = kind == DOWN and process is None and witness is not None and not witness.error  # the host: none
-    if kind in (DOWN, UNRESPONSIVE, NO_METRICS):
-        if process is not None and not _served_since(memory, process):
+    if process is not None:
+        if not _served_since(memory, process):
             return _loading(memory, process, detail, settings, now)
-        if process is not None and kind == DOWN:
-            return _stopping(memory, stopping, process, detail, settings, now)
-        held = _stop_goes_on(memory, stopping, detail, settings, now) if seen_gone else None
+        if failure.kind == DOWN:
+            return _stopping(memory, saved, process, detail, settings, now)
+    seen_gone = failure.kind == DOWN and process is None and witness is not None and not witness.error
+    if seen_gone and saved is not None and saved.process != NO_PROCESS:
+        held = _stop_goes_on(memory, saved, detail, settings, now)
         if held is not None:
             return held
-        if witness is not None and witness.error:
-            detail = f"{detail}; server process unknown: {witness.error}"
-        marker = instant(restart_marker) if restart_marker is not None else None
-        since = _since_marker(marker, memory, now, settings)  # no process seen: what the handler knows
-        if since is not None:
-            return finish(memory, STARTING, WARNING, wording.starting(since, detail), None, now)
-    if kind == DOWN:
-        return finish(memory, DOWN, CRITICAL, detail, None, now, action=_look_again(memory, seen_gone, second_look))
-    if kind == UNRESPONSIVE:
-        return _silent(memory, UNRESPONSIVE, detail, settings, now)
-    # no metrics: liveness from /v1/models only
+    if seen_gone and _first_look(memory, saved, evidence.second_look):
+        doubt = Stopping(now, NO_PROCESS, now)
+        return finish(memory._replace(stopping=doubt), STOPPING, WARNING, wording.gone_look_again(detail), None,
+                      now, action=LOOK_AGAIN)
+    marker = instant(evidence.marker) if evidence.marker is not None else None
+    since = _since_marker(marker, memory, now, settings)  # no process seen: what the handler knows
+    if since is not None:
+        return finish(memory, STARTING, WARNING, wording.starting(since, detail), None, now)
+    return None
+
+
+def _not_the_server(memory: Memory, failure: Failure, second_look: bool, now: Instant) -> Verdict | None:
+    """UNKNOWN: the monitoring side cannot reach it, or the peer does not speak HTTP. A reset before any
+    answer right after the server served is looked at again: a listener closing under a queued connection."""
+    if failure.kind == UNREACHABLE or failure.models == UNREACHABLE:
+        return finish(memory, UNREACHABLE, UNKNOWN, wording.unreachable(failure.detail), None, now)
+    if failure.kind == PROTOCOL or failure.models == PROTOCOL:
+        again = LOOK_AGAIN if _was_up(memory) and not second_look else None
+        return finish(memory, PROTOCOL, UNKNOWN, wording.not_http(failure.detail), None, now, action=again)
+    return None
+
+
+def _answered(memory: Memory, failure: Failure, word: str, streaking: bool, settings: Settings,
+              now: Instant) -> Verdict:
+    """No metrics (or --proxy): liveness from /v1/models alone. An answer is never silence."""
+    detail = failure.detail if word != PROXY else f"/v1/models failed: {failure.detail}"
     if failure.models == MODELS_OK:
-        return finish(memory, NO_METRICS, WARNING, f"{detail}; {wording.models(failure.model)}", None, now)
-    if failure.models == MODELS_ANSWERED:
-        return finish(memory, NO_METRICS, WARNING, detail, None, now)
+        said = wording.models(failure.model)
+        return finish(memory, word, OK if word == PROXY else WARNING,
+                      said if word == PROXY else f"{failure.detail}; {said}", None, now)
+    if failure.models == MODELS_ANSWERED or (failure.models is None and word == NO_METRICS):
+        return finish(memory, word, WARNING, failure.detail, None, now)  # an answer, or nothing asked: no proof
     if streaking:
-        return _silent(memory, NO_METRICS, detail, settings, now)
-    if failure.models is None:  # /v1/models was not asked: no proof of anything
-        return finish(memory, NO_METRICS, WARNING, detail, None, now)
-    return finish(memory, NO_METRICS, CRITICAL, detail, None, now)  # nothing listens on /v1/models
+        return _silent(memory, word, detail, settings, now)
+    return finish(memory, word, CRITICAL, detail, None, now)  # nothing listens on /v1/models
 
 
+def engine_died_last(memory: Memory) -> bool:
+    """The last verdict was its API server saying the engine died (the handler's look judges it so again)."""
+    return memory.engine_dead is not None and memory.last is not None and memory.engine_dead.wall == memory.last.at
+
+
+def assess_failure(memory: Memory, evidence: Evidence, settings: Settings, now: Instant | float) -> Verdict:
+    """Judge a run in which /metrics gave no reading (or proxy mode, which never reads it), on its evidence."""
+    now = instant(now)
+    failure = evidence.failure
+    saved, memory = memory.stopping, memory._replace(stopping=None)
+    streaking = failure.kind == UNRESPONSIVE or (failure.kind in (PROXY, NO_METRICS) and failure.models == UNRESPONSIVE)
+    if not streaking:
+        memory = memory._replace(unresponsive=None)
+    unknown = _not_the_server(memory, failure, evidence.second_look, now)
+    if unknown is not None:
+        return unknown
+    if failure.dead_engine:  # its API server says so: down whatever the host shows (no stop; a restart cures it)
+        return finish(memory._replace(engine_dead=now), DOWN, CRITICAL, wording.engine_died(failure.detail), None, now)
+    if failure.kind == PROXY:
+        return _answered(memory, failure, PROXY, streaking, settings, now)
+    detail = failure.detail
+    if evidence.witness is not None and evidence.witness.error:
+        detail = f"{detail}; server process unknown: {evidence.witness.error}"
+    if failure.kind in _LIFECYCLE:
+        held = _host_explains(memory, saved, evidence, detail, settings, now)
+        if held is not None:
+            return held
+    if failure.kind == DOWN:
+        return finish(memory, DOWN, CRITICAL, detail, None, now)
+    if failure.kind == UNRESPONSIVE:
+        return _silent(memory, UNRESPONSIVE, detail, settings, now)
+    return _answered(memory, failure._replace(detail=detail), NO_METRICS, streaking, settings, now)

@@ -128,6 +128,11 @@ def stopping_exited(pid: str, span: float, grace: float, detail: str) -> str:
             f"(grace {seconds(grace)}; {detail})")
 
 
+def gone_look_again(detail: str) -> str:
+    return (f"nothing listens and no vLLM process here, right after it served: a restart between its stop and its "
+            f"start? looking again ({detail})")
+
+
 def stopped_too_long(process: ServerProcess, span: float, grace: float, detail: str) -> str:
     return (f"refusing {seconds(span)} while {_named(process)} lives (it served; stop grace {seconds(grace)}; "
             f"{detail})")

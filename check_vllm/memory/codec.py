@@ -3,7 +3,7 @@
 A piece that is missing, hand-edited or from a foreign file comes back as None (or empty): the run
 then takes a new baseline for that piece instead of guessing. The JSON shape is version 1 of the
 state file (check_vllm.memory.statefile.VERSION): keys reading, previous, stall, unresponsive, unanswered,
-probe, verdict, whole_page, starts, stopping. Keys are only ever added: a reader ignores the keys it does not know, and
+probe, verdict, whole_page, starts, stopping, engine_dead. Keys are only ever added: a reader ignores the keys it does not know, and
 a key it misses reads as "nothing known", so files of older and newer check_vllm read both ways.
 Times are wall-clock seconds, with the boot-time clock beside them ("mono", "boot") where the writer
 had it; a file without them (an older check_vllm) still reads, on the wall clock.
@@ -107,7 +107,7 @@ def _starts(raw: Any) -> Starts | None:
 def _stopping(raw: Any) -> Stopping | None:
     raw = _dict(raw)
     since, process = instant_of(raw, "since"), raw.get("process")
-    if since is None or not isinstance(process, str) or not process:
+    if since is None or not isinstance(process, str):  # "": a first look that found no process (NO_PROCESS)
         return None
     return Stopping(since, process[:200], instant_of(_dict(raw.get("gone")), "at"))
 
@@ -146,6 +146,7 @@ def from_json(data: Any) -> Memory:
         whole_page=instant_of(_dict(data.get("whole_page")), "since"),
         starts=_starts(data.get("starts")),
         stopping=_stopping(data.get("stopping")),
+        engine_dead=instant_of(_dict(data.get("engine_dead")), "at"),
     )
 
 
@@ -188,6 +189,8 @@ def to_json(memory: Memory) -> dict[str, Any]:
         out["stopping"] = {**instant_json(stop.since, "since"), "process": stop.process}
         if stop.gone is not None:
             out["stopping"]["gone"] = instant_json(stop.gone, "at")
+    if memory.engine_dead is not None:
+        out["engine_dead"] = instant_json(memory.engine_dead, "at")
     if memory.last is not None:
         last = memory.last
         out["verdict"] = {"word": last.word, "state": last.code, "text": last.text, "at": last.at,

@@ -92,3 +92,22 @@ def read_api_key(path: str | None) -> str | None:
     if problem:
         raise UsageError(f"the API key in {source} cannot be sent: {problem}")
     return key or None
+
+
+def lifecycle_options(parser: argparse.ArgumentParser, settings: Any) -> None:
+    """The server's process and its lifecycle, one declaration for the check, the handler and the agent: each must
+    judge a start or a stop alike (`settings`: the contract's Settings, its defaults)."""
+    h = parser.add_argument_group("server process (on the vLLM host; default: the vLLM API server process whose "
+                                  "command line, or --config file, serves the URL's port, when the URL's host is "
+                                  "this host)")
+    h.add_argument("--pid-file", metavar="FILE", help="the server's pid file, where the host cannot tell (a wrapper, "
+                   "a container, a proxy in front, /proc mounted hidepid)")
+    h.add_argument("--pid-command", metavar="CMD", help="a command that prints the server's pid, e.g. "
+                   "'supervisorctl pid vllm' or 'systemctl show -p MainPID --value vllm'")
+    h.add_argument("--start-grace", type=number(float), default=settings.start_grace, metavar="S",
+                   help="a server that is not serving yet while its process is younger than S seconds (seen "
+                        "from another host: S seconds after check_vllm_restart restarted it) is starting "
+                        "(WARNING), not down (default: %(default)g)")
+    h.add_argument("--stop-grace", type=number(float), default=settings.stop_grace, metavar="S",
+                   help="a server whose process served and still lives but refuses connections is stopping "
+                        "(WARNING: a graceful stop, a restart) for S seconds, then down (default: %(default)g)")

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 from check_vllm import __version__
 from check_vllm.contract.vocab import CODE_NAMES, OPTIONS, RUN_TIMEOUT, SETTINGS, UNKNOWN
 from check_vllm.nagios import statusline
-from check_vllm.nagios.args import Parser, UsageError, check_url, number, read_api_key
+from check_vllm.nagios.args import Parser, UsageError, check_url, lifecycle_options, number, read_api_key
 
 PROG = "check_vllm"
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -58,12 +58,6 @@ def parser() -> argparse.ArgumentParser:
                         "BOM and surrounding white space are ignored")
     c.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify an https URL")
     c.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
-    h = p.add_argument_group("server process (on the vLLM host; default: the vLLM API server process whose "
-                             "command line serves the URL's port, when the URL's host is this host)")
-    h.add_argument("--pid-file", metavar="FILE", help="the server's pid file, where its command line cannot tell "
-                   "(a wrapper, a container)")
-    h.add_argument("--pid-command", metavar="CMD", help="a command that prints the server's pid, e.g. "
-                   "'supervisorctl pid vllm' or 'systemctl show -p MainPID --value vllm'")
     d = p.add_argument_group("decision")
     d.add_argument("--stuck-readings", type=number(int), default=SETTINGS.stuck_readings, metavar="N",
                    help="comparisons without progress before stuck (default: %(default)s)")
@@ -76,16 +70,10 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--reread-delay", type=number(float), default=OPTIONS.reread_delay, metavar="S",
                    help="with no previous reading and work present, read again after S seconds; less than "
                         "--max-age (default: %(default)g)")
-    d.add_argument("--start-grace", type=number(float), default=SETTINGS.start_grace, metavar="S",
-                   help="a server that is not serving yet while its process is younger than S seconds (seen "
-                        "from another host: S seconds after check_vllm_restart restarted it) is starting "
-                        "(WARNING), not down (default: %(default)g)")
-    d.add_argument("--stop-grace", type=number(float), default=SETTINGS.stop_grace, metavar="S",
-                   help="a server whose process served and still lives but refuses connections is stopping "
-                        "(WARNING: a graceful stop, a restart) for S seconds, then down (default: %(default)g)")
     d.add_argument("--max-age", type=number(float), default=SETTINGS.max_age, metavar="S",
                    help="a previous reading older than this is no baseline; must be longer than the check "
                         "interval and than --stuck-seconds, --min-gap and --reread-delay (default: %(default)g)")
+    lifecycle_options(p, SETTINGS)
     pr = p.add_argument_group("idle probe")
     pr.add_argument("--probe-timeout", type=number(float), default=OPTIONS.probe_timeout, metavar="S",
                     help="seconds the 1-token completion may take when idle (default: %(default)g)")

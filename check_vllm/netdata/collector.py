@@ -24,16 +24,14 @@ from typing import TextIO
 import httpx
 
 from check_vllm.contract.safe_text import one_line
-from check_vllm.contract.values import Instant, Memory, Reading, Verdict
+from check_vllm.contract.values import Memory, Reading, Verdict
 from check_vllm.contract.vocab import CONNECT_TIMEOUT, SETTINGS, Options, Settings
-from check_vllm.observe import observe
+from check_vllm.observer import Observer, given_clock
+from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint
 
 from . import charts
 from .config import Job
-
-#: The "boot" of a memory that never leaves this process: its monotonic readings always compare.
-IN_PROCESS = "in-process"
 
 
 def log(message: str) -> None:
@@ -50,49 +48,45 @@ class JobCollector:
 
     def __init__(
         self, job: Job, *, client: httpx.Client | None = None,
-        wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] | None = None, mono: Callable[[], float] | None = None,
         say: Callable[[str], None] = log,
     ) -> None:
+        """`wall` and `mono` are a test's clocks; without them the host's (check_vllm.observer)."""
         self.job = job
         self.endpoint = Endpoint(job.url, api_key=job.api_key, connect_timeout=min(job.timeout, CONNECT_TIMEOUT))
         self.client = client or self.endpoint.client()
-        self.wall, self.mono, self.say = wall, mono, say
+        self.mono, self.say = mono or time.monotonic, say
         # A comparison needs a gap; at update_every 1 it must not be longer than the tick itself.
         self.settings = Settings(stuck_readings=job.stuck_readings, stuck_seconds=job.stuck_seconds,
                                  min_gap=min(SETTINGS.min_gap, 0.5 * job.update_every))
         # The next tick reads again anyway: never sleep for a second reading inside one.
         self.options = Options(proxy=job.proxy, probe=job.probes, model=job.model, probe_timeout=job.probe_timeout,
                                metrics_timeout=job.timeout, reread=False)
-        self.memory = Memory()
+        now = clock.now if wall is None and mono is None else given_clock(wall or time.time, self.mono)
+        self.observer = Observer(self.client, self.endpoint, self.settings, self.options, job.probe_every,
+                                 now=now, mono=self.mono)
         self.engines: tuple[str, ...] = ()  # engines that have their own dimensions (bounded)
         self.model: str | None = None
         self.defined = False
-        self.last_probe: float | None = None
         self.last_sent: dict[str, float] = {}
         self.last_word: str | None = None
         self.last_code = 0
-        self.probes_sent = 0
         self.told_bound = False
 
     # ------------------------------------------------------------------ observation
 
-    def _now(self) -> Instant:
-        """The memory lives in this process: its monotonic clock measures elapsed time across ticks."""
-        return Instant(self.wall(), self.mono(), IN_PROCESS)
-
-    def _may_probe(self) -> bool:
-        """Asked by observe() only when the server is idle and a probe would prove it: at most once per probe_every."""
-        if self.last_probe is not None and self.mono() - self.last_probe < self.job.probe_every:
-            return False
-        self.last_probe = self.mono()
-        self.probes_sent += 1
-        return True
-
     def observe(self) -> tuple[Verdict, Reading | None, float | None]:
         """One GET /metrics (plus, rarely, the idle probe): the verdict, the reading, the probe's seconds."""
-        seen = observe(self.client, self.endpoint, self.memory, self.settings, self.options,
-                       now=self._now, may_probe=self._may_probe)
+        seen = self.observer.observe()
         return seen.verdict, seen.reading, seen.verdict.probe_seconds
+
+    @property
+    def memory(self) -> Memory:
+        return self.observer.memory
+
+    @property
+    def probes_sent(self) -> int:
+        return self.observer.probes
 
     # ------------------------------------------------------------------ charting
 
@@ -119,7 +113,6 @@ class JobCollector:
     def tick(self) -> str:
         """Observe once and return the protocol text for it (chart definitions first when needed)."""
         verdict, reading, probe_seconds = self.observe()
-        self.memory = verdict.memory
         if verdict.word != self.last_word:
             if verdict.code or self.last_code:  # problems and recoveries; busy <-> idle is no news
                 self.say(f"job {self.job.name}: {verdict.summary}")

@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 from check_vllm.contract.safe_text import without_userinfo
 from check_vllm.contract.values import Instant, Remembered
-from check_vllm.contract.vocab import Settings
+from check_vllm.contract.vocab import Options, Settings
 from check_vllm.memory import codec as memory
 from check_vllm.memory.marker import marker_json, marker_path, read_marker
 from check_vllm.memory.statefile import (
@@ -136,7 +136,8 @@ def weigh(args: argparse.Namespace, event: Event, history: StateFile, state_dir:
     decision = decide(event, verdict, problem, restart_times(entries, at), policy, now)
     if decision.act and verdict is not None:  # never on a start the check could not see yet
         lifecycle = Settings(start_grace=args.start_grace, stop_grace=args.stop_grace)
-        loading = still_loading(url, saved, verdict.word, lifecycle, args.pid_file, args.pid_command,
+        process = Options(pid_file=args.pid_file, pid_command=args.pid_command)
+        loading = still_loading(url, saved, verdict.word, lifecycle, process,
                                 read_marker(marker_path(state_dir, url), at))
         if loading:
             decision = Decision(False, f"verdict {verdict.word!r}, but the server is {loading}", "refuse")

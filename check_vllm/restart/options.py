@@ -6,8 +6,7 @@ import argparse
 
 from check_vllm import __version__
 from check_vllm.contract.vocab import CODE_NAMES, LOCK_TIMEOUT, SETTINGS
-from check_vllm.nagios.args import Parser, UsageError, check_url, number
-from check_vllm.restart import starting
+from check_vllm.nagios.args import Parser, UsageError, check_url, lifecycle_options, number
 from check_vllm.restart.policy import Event, Policy
 
 PROG = "check_vllm_restart"
@@ -47,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("-u", "--url", required=True, help="the vLLM base URL given to check_vllm")
     t.add_argument("--state-dir", metavar="DIR", help="the --state-dir given to check_vllm (same default)")
     t.add_argument("--proxy", action="store_true", help="the check runs with --proxy")
-    starting.options(t, SETTINGS)
+    lifecycle_options(p, SETTINGS)
     g = p.add_argument_group("guards")
     g.add_argument("--cooldown", type=number(float, 0), default=DEFAULT.cooldown, metavar="S",
                    help="no restart within S seconds of the last one: time to load the model (default %(default)g)")

@@ -37,8 +37,13 @@ from check_vllm.server.fetch import Endpoint, FetchError, request
 from check_vllm.server.reading import NotMetrics, parse
 
 PROBE_PROMPT = "Hi"
-#: What vLLM's API server says once its EngineCore has died (vllm.v1.engine.exceptions.EngineDeadError).
+#: What vLLM's API server says once its EngineCore has died (vllm.v1.engine.exceptions.EngineDeadError), up to
+#: 0.32. From 0.33 on it says only "The server had an error while processing your request." (its
+#: CLIENT_MESSAGE, type InternalServerError), which any 500 may say: GET /health tells (engine_dead).
 ENGINE_DEAD_SIGNS = ("EngineCore encountered an issue", "EngineDeadError", "Engine loop is not running")
+#: Seconds GET /health may take when asked whether the engine died: vLLM answers it without a round trip to the
+#: engine (a flag the API server keeps), so a slow answer is an event loop too busy to tell.
+HEALTH_TIMEOUT = 2.0
 
 
 def _unreached(err: FetchError) -> str | None:
@@ -138,6 +143,17 @@ def liveness(client: httpx.Client, endpoint: Endpoint, kind: str, detail: str, t
     return Failure(kind, detail, models=MODELS_OK, model=model)
 
 
+def engine_dead(client: httpx.Client, endpoint: Endpoint, timeout: float) -> bool:
+    """GET /health says the engine died: vLLM answers 503 with an empty body then, on every release 0.27-0.34
+    (vllm/entrypoints/serve/instrumentator/health.py). A proxy's 502/503 (a page, not vLLM's empty answer), a
+    time-out or anything else says nothing: asked only when a probe or a read has already failed."""
+    try:
+        resp = request(client, endpoint, "GET", "/health", min(timeout, HEALTH_TIMEOUT))
+    except FetchError:
+        return False
+    return resp.status == 503 and not resp.body.strip()
+
+
 def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: float, full: bool = True) -> ProbeOutcome:
     """Send one completion of max_tokens 1 and say how it went.
 
@@ -159,8 +175,10 @@ def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: floa
             return ProbeOutcome(ENGINE_DEAD, resp.seconds, detail)
         return ProbeOutcome(REJECTED if 400 <= resp.status < 500 else NO_ANSWER, resp.seconds, detail)
     doc = resp.json()
-    if not isinstance(doc, dict) or not doc.get("choices"):
-        return ProbeOutcome(NO_ANSWER, resp.seconds, "completion answer has no choices")
+    if not isinstance(doc, dict) or not doc.get("choices"):  # an answer all the same: it proves nothing
+        said = endpoint.redact(_error_text(doc))
+        kind = clean(resp.content_type.split(";")[0].strip() or "no content type", 60)
+        return ProbeOutcome(REJECTED, resp.seconds, f"HTTP 200 but no completion ({kind}{clean(said, 160)})")
     usage = doc.get("usage")
     usage = usage if isinstance(usage, dict) else {}
     return ProbeOutcome(ANSWERED, resp.seconds, prompt_tokens=_count(usage.get("prompt_tokens"), 16.0),

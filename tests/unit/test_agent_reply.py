@@ -115,7 +115,7 @@ def test_a_silent_loop_is_no_verdict(monkeypatch):
                   say=said.append, mono=clock, wall=clock)
     assert watch.answer().reply == NO_VERDICT  # before the first reading
     busy = Verdict(vocab.BUSY, OK, "2 running", Memory())
-    monkeypatch.setattr("check_vllm.haproxy.watch.observe", lambda *a, **k: type("O", (), {"verdict": busy})())
+    monkeypatch.setattr("check_vllm.observer.observe", lambda *a, **k: type("O", (), {"verdict": busy})())
     watch.judge()
     assert watch.answer().line() == "up ready #busy: 2 running\n"
     assert said == ["drain -> ready: busy: 2 running"]

@@ -9,21 +9,24 @@ from __future__ import annotations
 import pytest
 
 from check_vllm.contract.values import (
+    NO_PROCESS,
     EngineReading,
+    Evidence,
     Failure,
     Instant,
     Memory,
     Reading,
     ServerProcess,
+    Stopping,
     Witness,
 )
 from check_vllm.contract.vocab import (
     CRITICAL,
     DOWN,
+    LOOK_AGAIN,
     NO_METRICS,
     OK,
     PROTOCOL,
-    REREAD,
     STARTING,
     STOPPING,
     UNKNOWN,
@@ -59,7 +62,7 @@ def reading(steps: float = 100.0, running: float = 1.0, start: float = WALL0 - 1
 
 def judge(memory: Memory, t: float, witness: Witness | None, failure: Failure = REFUSED, settings: Settings = S,
           now: Instant | None = None):
-    return assess_failure(memory, failure, settings, now or at(t), None, witness)
+    return assess_failure(memory, Evidence(failure, witness), settings, now or at(t))
 
 
 @pytest.mark.parametrize("kind", [DOWN, UNRESPONSIVE, NO_METRICS])
@@ -79,7 +82,7 @@ def test_no_process_at_all_is_down_and_no_witness_keeps_the_old_rule():
     assert (judge(Memory(), 10.0, Witness()).word, judge(Memory(), 10.0, Witness()).code) == (DOWN, CRITICAL)
     assert judge(Memory(), 10.0, None).text == "connection refused"  # a remote URL: as before
     # no process seen (a wrapper, a container's own PID namespace): the handler's marker still counts
-    marked = assess_failure(Memory(), REFUSED, S, at(10.0), WALL0, Witness())
+    marked = assess_failure(Memory(), Evidence(REFUSED, Witness(), WALL0), S, at(10.0))
     assert (marked.word, marked.code) == (STARTING, WARNING)
 
 
@@ -162,8 +165,8 @@ def test_a_stop_and_its_first_look_gone_survive_the_state_file():
 
 def test_no_stop_seen_or_a_host_that_cannot_say_leaves_nothing_listening_down():
     served = assess(Memory(), reading(), S, at(100.0))
-    crashed = judge(served.memory, 130.0, Witness())  # it died between two checks: no stop was seen
-    assert (crashed.word, crashed.code) == (DOWN, CRITICAL)
+    crashed = assess_failure(served.memory, Evidence(REFUSED, Witness(), None, True), S, at(130.0))
+    assert (crashed.word, crashed.code) == (DOWN, CRITICAL)  # it died between two checks: no stop was seen
     stopping = judge(served.memory, 130.0, proc(1234, 0.0))
     unknown = judge(stopping.memory, 140.0, Witness(error="permission denied"))
     assert (unknown.word, unknown.code) == (DOWN, CRITICAL)
@@ -175,16 +178,23 @@ def test_no_stop_seen_or_a_host_that_cannot_say_leaves_nothing_listening_down():
 
 def test_nothing_listening_and_no_process_right_after_it_was_up_asks_for_a_second_look():
     """A restart's stop-to-start gap (supervisorctl stops, then starts: milliseconds) can fall between a run's
-    refused connection and its look at the host (CI's soak saw it once): that look asks for a second one,
-    which finds the next process starting, or none: down. A server already down, one never seen up, a host
-    that cannot say and a remote URL are down at once, as before."""
+    refused connection and its look at the host (CI's soak saw it once): that look is no verdict yet. It is
+    WARNING stopping with LOOK_AGAIN, never a CRITICAL carrying an action; the second look (a second later in
+    the same run, or the next run of a caller that cannot wait) finds the next process starting, or none: down.
+    A server already down, one never seen up, a host that cannot say and a remote URL are down at once."""
     served = assess(Memory(), reading(), S, at(100.0))
     gap = judge(served.memory, 130.0, Witness())
-    assert (gap.word, gap.code, gap.action) == (DOWN, CRITICAL, REREAD)
-    second = assess_failure(served.memory, REFUSED, S, at(131.0), None, proc(2222, 130.5), second_look=True)
+    assert (gap.word, gap.code, gap.action) == (STOPPING, WARNING, LOOK_AGAIN)
+    assert gap.memory.stopping == Stopping(at(130.0), NO_PROCESS, at(130.0))
+    second = assess_failure(served.memory, Evidence(REFUSED, proc(2222, 130.5), None, True), S, at(131.0))
     assert (second.word, second.code, second.action) == (STARTING, WARNING, None)
-    dead = assess_failure(served.memory, REFUSED, S, at(131.0), None, Witness(), second_look=True)
+    dead = assess_failure(served.memory, Evidence(REFUSED, Witness(), None, True), S, at(131.0))
     assert (dead.word, dead.code, dead.action, dead.text) == (DOWN, CRITICAL, None, "connection refused")
+    # a caller that could not wait (Netdata, the agent, a run out of time): its next run is the second look
+    later = judge(gap.memory, 135.0, Witness())
+    assert (later.word, later.code, later.action, later.memory.stopping) == (DOWN, CRITICAL, None, None)
+    restarted = judge(gap.memory, 135.0, proc(2222, 134.0))
+    assert (restarted.word, restarted.code) == (STARTING, WARNING)
     assert judge(dead.memory, 140.0, Witness()).action is None  # already down: no pause on every run
     assert judge(Memory(), 10.0, Witness()).action is None
     assert judge(served.memory, 130.0, Witness(error="permission denied")).action is None
@@ -192,32 +202,30 @@ def test_nothing_listening_and_no_process_right_after_it_was_up_asks_for_a_secon
     silent = judge(served.memory, 130.0, Witness(), Failure(UNRESPONSIVE, "timed out"))
     assert silent.action is None  # only refused connections: an answer that does not come is the proof's
     reset = judge(served.memory, 130.0, None, Failure(PROTOCOL, "GET /metrics: connection reset at once"))
-    assert (reset.word, reset.code, reset.action) == (PROTOCOL, UNKNOWN, REREAD)  # a listener closing under it
+    assert (reset.word, reset.code, reset.action) == (PROTOCOL, UNKNOWN, LOOK_AGAIN)  # a listener closing under it
     assert judge(reset.memory, 135.0, None, Failure(PROTOCOL, "reset")).action is None  # never up since: no look
 
 
-def test_a_stop_during_the_idle_probe_is_judged_with_the_host_too():
-    """An operator's restart while the idle probe waits (CI's soak: the probe timed out, the reread was
-    refused): the probe's failures are judged with what the host saw, as every run without a reading is."""
-    from check_vllm.contract.values import ENGINE_DEAD, NO_ANSWER, ProbeOutcome
+def test_a_refused_or_dead_probe_goes_through_the_one_door():
+    """The probe judges the probe: refused, or its API server saying the engine died, is a run without a reading
+    (probe_failure), judged with what the host saw like every other; a dead engine is down whatever it shows."""
+    from check_vllm.contract.values import ENGINE_DEAD, ProbeOutcome
     from check_vllm.contract.values import REFUSED as PROBE_REFUSED
-    from check_vllm.judge.probe import after_probe
+    from check_vllm.judge.probe import probe_failure
 
     idle = assess(Memory(), reading(running=0.0), S, at(100.0))
-    timed_out = ProbeOutcome(NO_ANSWER, 5.0, "POST /v1/completions timed out after 5.0 s")
-    alive = after_probe(idle, timed_out, REFUSED, S, at(105.0), proc(1234, 0.0))
+    refused = probe_failure(ProbeOutcome(PROBE_REFUSED, 0.0, "connection refused"))
+    assert refused == Failure(DOWN, "connection refused")
+    alive = judge(idle.memory, 105.0, proc(1234, 0.0), refused)
     assert (alive.word, alive.code) == (STOPPING, WARNING)
-    assert alive.text.endswith("; the probe failed too: POST /v1/completions timed out after 5.0 s")
-    gap = after_probe(idle, timed_out, REFUSED, S, at(105.0), Witness())
-    assert (gap.word, gap.code, gap.action) == (DOWN, CRITICAL, REREAD)  # the caller looks again
-    next_one = after_probe(idle, timed_out, REFUSED, S, at(106.0), proc(2222, 105.5), second_look=True)
-    assert (next_one.word, next_one.code) == (STARTING, WARNING)
-    refused = after_probe(idle, ProbeOutcome(PROBE_REFUSED, 0.0, "connection refused"), None, S, at(101.0),
-                          proc(1234, 0.0), second_look=True)
-    assert (refused.word, refused.code, refused.action) == (STOPPING, WARNING, None)
-    assert after_probe(idle, timed_out, REFUSED, S, at(105.0)).word == DOWN  # no witness: as before
-    dead = after_probe(idle, ProbeOutcome(ENGINE_DEAD, 0.0, "EngineDeadError"), None, S, at(101.0), proc(1234, 0.0))
-    assert (dead.word, dead.code) == (DOWN, CRITICAL)  # the API server's own word: no stop, whatever the host sees
+    gap = judge(idle.memory, 105.0, Witness(), refused)
+    assert (gap.word, gap.code, gap.action) == (STOPPING, WARNING, LOOK_AGAIN)
+    dead = probe_failure(ProbeOutcome(ENGINE_DEAD, 0.0, "completion answered HTTP 500"))
+    assert dead is not None and dead.dead_engine
+    for witness in (proc(1234, 0.0), Witness(), None):
+        v = judge(idle.memory, 101.0, witness, dead)
+        assert (v.word, v.code, v.text) == (DOWN, CRITICAL, "engine died (completion answered HTTP 500)")
+        assert v.memory.engine_dead == at(101.0)
 
 
 def test_the_stop_survives_the_state_file():
@@ -272,7 +280,7 @@ def test_another_boot_is_another_process_and_its_age_is_its_own():
     # after a reboot the boot-time clock starts again: the same pid and ticks name another process
     rebooted = Instant(WALL0 + 5000.0, 30.0, "boot-b")
     process = ServerProcess(1234, 2000, Instant(WALL0 + 4990.0, 20.0, "boot-b"), "command line")
-    v = assess_failure(before.memory, REFUSED, S, rebooted, None, Witness(process))
+    v = assess_failure(before.memory, Evidence(REFUSED, Witness(process)), S, rebooted)
     assert (v.word, v.code, v.memory.starts.seen) == (STARTING, WARNING, 2)
     assert "started 10 s ago" in v.text
 
@@ -292,17 +300,17 @@ def test_the_marker_counts_on_the_boot_time_clock_across_a_wall_clock_step():
     """Seen from another host (no witness), a restart the handler made 60 s ago on the boot-time clock is
     60 s old whatever the wall clock did since (before: a step an hour ahead read it as down)."""
     marker = at(0.0)
-    ahead = assess_failure(Memory(), REFUSED, S, at(60.0, wall_step=3600.0), marker, None)
+    ahead = assess_failure(Memory(), Evidence(REFUSED, None, marker), S, at(60.0, wall_step=3600.0))
     assert (ahead.word, ahead.code) == (STARTING, WARNING) and "restarted 60 s ago" in ahead.text
-    late = assess_failure(Memory(), REFUSED, S, at(901.0, wall_step=-3600.0), marker, None)
+    late = assess_failure(Memory(), Evidence(REFUSED, None, marker), S, at(901.0, wall_step=-3600.0))
     assert (late.word, late.code) == (DOWN, CRITICAL)  # nor does a step back stretch the grace
-    wall_only = assess_failure(Memory(), REFUSED, S, at(60.0, wall_step=3600.0), WALL0, None)
+    wall_only = assess_failure(Memory(), Evidence(REFUSED, None, WALL0), S, at(60.0, wall_step=3600.0))
     assert wall_only.word == DOWN  # a marker without the boot-time clock (an older handler): the wall's
 
 
 def test_a_witness_that_cannot_say_falls_back_to_the_marker_and_says_why():
     unknown = Witness(error="pid file /run/vllm.pid: Permission denied")
-    v = assess_failure(Memory(), REFUSED, S, at(30.0), WALL0, unknown)
+    v = assess_failure(Memory(), Evidence(REFUSED, unknown, WALL0), S, at(30.0))
     assert (v.word, v.code) == (STARTING, WARNING)
     plain = judge(Memory(), 30.0, unknown)
     assert (plain.word, plain.code) == (DOWN, CRITICAL)

@@ -13,6 +13,7 @@ from check_vllm.contract.values import (
     MODELS_OK,
     NO_ANSWER,
     EngineReading,
+    Evidence,
     Failure,
     Instant,
     Memory,
@@ -21,7 +22,7 @@ from check_vllm.contract.values import (
 )
 from check_vllm.contract.vocab import CRITICAL, DOWN, NO_METRICS, OK, PROXY, UNRESPONSIVE, WARNING, Settings
 from check_vllm.judge.assess import assess
-from check_vllm.judge.probe import after_probe
+from check_vllm.judge.probe import after_probe, probe_failure
 from check_vllm.judge.silence import assess_failure
 
 T0 = 1_700_000_000.0
@@ -139,9 +140,9 @@ def test_counters_only_histories_taking_turns_are_not_called_a_balancer():
 
 def test_a_dead_engine_answering_500_is_down_engine_died():
     v = assess(Memory(), Reading(engines={"0": EngineReading()}, process_start=T0 - 5), SLOW, at(0))
-    done = after_probe(v, ProbeOutcome(ENGINE_DEAD, 0.02, "completion answered HTTP 500: EngineCore encountered an "
-                                                          "issue. See stack trace (above) for the root cause."),
-                       None, SLOW, at(0.1))
+    failed = probe_failure(ProbeOutcome(ENGINE_DEAD, 0.02, "completion answered HTTP 500: EngineCore encountered an "
+                                                           "issue. See stack trace (above) for the root cause."))
+    done = assess_failure(v.memory, Evidence(failed), SLOW, at(0.1))
     assert (done.word, done.code) == ("down", CRITICAL) and done.text.startswith("engine died")
 
 
@@ -161,29 +162,29 @@ def test_no_answer_is_critical_only_over_readings_and_seconds(failure):
     s = Settings(stuck_readings=2, stuck_seconds=120.0)
     memory, seen = Memory(), []
     for t in (0, 60, 130):
-        v = assess_failure(memory, failure, s, at(t))
+        v = assess_failure(memory, Evidence(failure), s, at(t))
         memory = v.memory
         seen.append(v.code)
     assert seen == [WARNING, WARNING, CRITICAL]
 
 
 def test_nothing_listening_is_critical_at_once():
-    assert assess_failure(Memory(), Failure(DOWN, "connection refused"), SLOW, at(0)).code == CRITICAL
-    assert assess_failure(Memory(), Failure(PROXY, "connection refused", models=DOWN), SLOW, at(0)).code == CRITICAL
+    assert assess_failure(Memory(), Evidence(Failure(DOWN, "connection refused")), SLOW, at(0)).code == CRITICAL
+    assert assess_failure(Memory(), Evidence(Failure(PROXY, "connection refused", models=DOWN)), SLOW, at(0)).code == CRITICAL
 
 
 def test_a_metrics_answer_ends_the_silence():
     s = Settings(stuck_readings=2, stuck_seconds=0.0)
-    v = assess_failure(Memory(), SILENT[0], s, at(0))
+    v = assess_failure(Memory(), Evidence(SILENT[0]), s, at(0))
     v = assess(v.memory, frozen(), s, at(10))
     assert v.memory.unresponsive is None
-    again = assess_failure(v.memory, SILENT[0], s, at(20))
+    again = assess_failure(v.memory, Evidence(SILENT[0]), s, at(20))
     assert again.code == WARNING  # a new streak, not the old one continued
 
 
 def test_proxy_answering_again_is_ok_and_forgets_the_streak():
-    v = assess_failure(Memory(), SILENT[2], SLOW, at(0))
-    ok = assess_failure(v.memory, Failure(PROXY, "", models=MODELS_OK, model="m"), SLOW, at(10))
+    v = assess_failure(Memory(), Evidence(SILENT[2]), SLOW, at(0))
+    ok = assess_failure(v.memory, Evidence(Failure(PROXY, "", models=MODELS_OK, model="m")), SLOW, at(10))
     assert (ok.word, ok.code) == ("proxy", OK) and ok.memory.unresponsive is None
 
 
@@ -228,8 +229,8 @@ def test_sixty_four_engines_with_twelve_stalling_are_summarised():
 def test_starting_lasts_only_until_the_restarted_server_was_seen_serving():
     """Issue 10 (found by the incident tier): a server that serves after a restart and dies again is down."""
     marker = T0 + 100.0
-    before = assess_failure(Memory(), Failure(DOWN, "connection refused"), SLOW, at(110), restart_marker=marker)
+    before = assess_failure(Memory(), Evidence(Failure(DOWN, "connection refused"), None, marker), SLOW, at(110))
     assert (before.word, before.code) == ("starting", WARNING)
     served = assess(before.memory, frozen(start=T0 + 120), SLOW, at(130))
-    again = assess_failure(served.memory, Failure(DOWN, "connection refused"), SLOW, at(140), restart_marker=marker)
+    again = assess_failure(served.memory, Evidence(Failure(DOWN, "connection refused"), None, marker), SLOW, at(140))
     assert (again.word, again.code) == ("down", CRITICAL)

@@ -27,13 +27,15 @@ from check_vllm.contract.values import (
     REFUSED,
     REJECTED,
     EngineReading,
+    Evidence,
     Memory,
     ProbeOutcome,
     Reading,
 )
 from check_vllm.contract.vocab import CRITICAL, OK, Settings
 from check_vllm.judge.assess import assess
-from check_vllm.judge.probe import after_probe
+from check_vllm.judge.probe import after_probe, probe_failure
+from check_vllm.judge.silence import assess_failure
 from check_vllm.memory import codec
 from check_vllm.server.reading import NotMetrics, parse
 
@@ -139,7 +141,9 @@ def test_random_histories_keep_the_promises(cfg, steps, engines, identity):
         final = v
         if v.action == "probe":
             probe, reread = _probe(probe_kind, world, now)
-            final = after_probe(v, probe, reread, cfg, now + 0.5)
+            failed = probe_failure(probe)  # as observe() does: a refused probe is a run without a reading
+            final = assess_failure(v.memory, Evidence(failed), cfg, now + 0.5) if failed else \
+                after_probe(v, probe, reread, cfg, now + 0.5)
             if final.word == "stuck":
                 assert probe_kind == "no answer, no progress", (probe_kind, final.summary)
             if final.word == "idle" and final.code == OK:

@@ -20,14 +20,16 @@ from check_vllm.contract.values import (
     ENGINE_DEAD,
     NO_ANSWER,
     EngineReading,
+    Evidence,
     Instant,
     Memory,
     ProbeOutcome,
     Reading,
 )
-from check_vllm.contract.vocab import CRITICAL, REREAD, Settings
+from check_vllm.contract.vocab import CONFIRM, CRITICAL, Settings
 from check_vllm.judge.assess import assess
-from check_vllm.judge.probe import after_probe
+from check_vllm.judge.probe import after_probe, probe_failure
+from check_vllm.judge.silence import assess_failure
 from check_vllm.memory import codec
 
 BOOT = "boot-1"
@@ -93,8 +95,10 @@ def test_critical_only_after_real_proof(cfg, runs):
             outcome = ProbeOutcome({"answered": ANSWERED, "engine dead": ENGINE_DEAD}.get(kind, NO_ANSWER), 10.0,
                                    "x", prompt_tokens=2, completion_tokens=1)
             later = Instant(t + 10 + offset, t + 10, BOOT)
-            final = after_probe(v, outcome, None, cfg, later)
-            if final.action == REREAD:
+            failed = probe_failure(outcome)  # as observe() does: the engine's death is a run without a reading
+            final = assess_failure(v.memory, Evidence(failed), cfg, later) if failed else \
+                after_probe(v, outcome, None, cfg, later)
+            if final.action == CONFIRM:
                 reread = eng.page(cut_page)
                 final = after_probe(v, outcome, reread, cfg, later)
             t += 10  # the run took the probe's time: the next one starts after it

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from check_vllm.contract import values, vocab
-from check_vllm.contract.values import Failure, Memory
+from check_vllm.contract.values import Evidence, Failure, Memory
 from check_vllm.contract.vocab import (
     CRITICAL,
     DOWN,
@@ -46,7 +46,7 @@ ROWS = [  # (failure, word, code): each judged twice in a row with the eager pro
 def test_an_answer_is_never_silence(failure, word, code):
     memory = Memory()
     for run in range(2):
-        v = assess_failure(memory, failure, EAGER, T0 + 10 * run)
+        v = assess_failure(memory, Evidence(failure), EAGER, T0 + 10 * run)
         memory = v.memory
     assert (v.word, v.code) == (word, code), v.summary
     if code != CRITICAL:

@@ -11,6 +11,7 @@ from check_vllm.contract.values import (
     REFUSED,
     REJECTED,
     EngineReading,
+    Evidence,
     Failure,
     Memory,
     ProbeOutcome,
@@ -18,7 +19,7 @@ from check_vllm.contract.values import (
 )
 from check_vllm.contract.vocab import CRITICAL, DOWN, OK, UNKNOWN, UNRESPONSIVE, WARNING, Settings
 from check_vllm.judge.assess import assess
-from check_vllm.judge.probe import after_probe
+from check_vllm.judge.probe import after_probe, probe_failure
 from check_vllm.judge.silence import assess_failure
 from check_vllm.memory import codec
 
@@ -184,7 +185,9 @@ def test_probe_rejected_is_a_warning_not_stuck():
 
 def test_probe_refused_is_down():
     v = run([(0, reading(eng()))])[0]
-    done = after_probe(v, ProbeOutcome(REFUSED, 0, "connection refused"), None, S, T0 + 1)
+    failed = probe_failure(ProbeOutcome(REFUSED, 0, "connection refused"))
+    assert failed == Failure("down", "connection refused")  # no verdict of the probe's: the door of silence
+    done = assess_failure(v.memory, Evidence(failed), S, T0 + 1)
     assert (done.word, done.code) == ("down", CRITICAL)
 
 
@@ -242,7 +245,7 @@ def test_unresponsive_turns_critical_once_it_lasts():
     st = Memory()
     out = []
     for t in (0, 60, 120):
-        v = assess_failure(st, Failure("unresponsive", "GET /metrics timed out"), S, T0 + t)
+        v = assess_failure(st, Evidence(Failure("unresponsive", "GET /metrics timed out")), S, T0 + t)
         st = v.memory
         out.append((v.word, v.code))
     assert out == [("unresponsive", WARNING), ("unresponsive", WARNING), ("unresponsive", CRITICAL)]
@@ -263,20 +266,20 @@ def test_unresponsive_turns_critical_once_it_lasts():
     (Failure("unreachable", "DNS lookup failed"), ("unreachable", UNKNOWN)),
 ])
 def test_failures(failure, expected):
-    v = assess_failure(Memory(), failure, S, T0)
+    v = assess_failure(Memory(), Evidence(failure), S, T0)
     assert (v.word, v.code) == expected
 
 
 def test_down_within_grace_after_a_handler_restart_is_starting():
-    v = assess_failure(Memory(), Failure("down", "connection refused"), S, T0, restart_marker=T0 - 30)
+    v = assess_failure(Memory(), Evidence(Failure("down", "connection refused"), None, T0 - 30), S, T0)
     assert (v.word, v.code) == ("starting", WARNING)
-    v = assess_failure(Memory(), Failure("down", "connection refused"), S, T0, restart_marker=T0 - 3600)
+    v = assess_failure(Memory(), Evidence(Failure("down", "connection refused"), None, T0 - 3600), S, T0)
     assert (v.word, v.code) == ("down", CRITICAL)
 
 
 def test_a_baseline_survives_a_down_run():
     v = run([(0, reading(FROZEN)), (60, reading(FROZEN))])
-    st = assess_failure(v[1].memory, Failure("down", "refused"), S, T0 + 90).memory
+    st = assess_failure(v[1].memory, Evidence(Failure("down", "refused")), S, T0 + 90).memory
     assert assess(st, reading(FROZEN), S, T0 + 120).word == "stuck"
 
 
