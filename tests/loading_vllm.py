@@ -14,9 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 SCRIPT = """\
-import socket, sys, time
+import re, socket, sys, time
+if "--port" in sys.argv:
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+else:  # `vllm serve --config FILE`: the port only in the YAML, as vLLM documents it
+    port = int(re.search(r"^port: *(\\d+)", open(sys.argv[sys.argv.index("--config") + 1]).read(), re.M).group(1))
 s = socket.socket()
-s.bind(("127.0.0.1", int(sys.argv[sys.argv.index("--port") + 1])))  # bound, never listening
+s.bind(("127.0.0.1", port))  # bound, never listening
 print("bound", flush=True)
 time.sleep(600)
 """
@@ -57,11 +61,12 @@ class Loaders:
         self.serving_script.write_text(STOPPING)
         self.started: list[subprocess.Popen] = []
 
-    def _start(self, script: Path, port: int, ready: str) -> subprocess.Popen:
+    def _start(self, script: Path, port: int, ready: str, config: Path | None = None) -> subprocess.Popen:
         # the serving one imports the simulator, which is in the checkout, not in the installed package
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
-        proc = subprocess.Popen([sys.executable, str(script), "serve", "tiny", "--port", str(port)],
-                                stdout=subprocess.PIPE, text=True, env=env)
+        where = ["--config", config.name] if config is not None else ["--port", str(port)]
+        proc = subprocess.Popen([sys.executable, str(script), "serve", "tiny", *where], stdout=subprocess.PIPE,
+                                text=True, env=env, cwd=config.parent if config is not None else None)
         self.started.append(proc)
         assert proc.stdout is not None and proc.stdout.readline().strip() == ready
         return proc
@@ -69,6 +74,11 @@ class Loaders:
     def __call__(self, port: int) -> subprocess.Popen:
         """A process that is loading: bound, never listening."""
         return self._start(self.script, port, "bound")
+
+    def with_config(self, port: int, config: Path) -> subprocess.Popen:
+        """A loading process started `vllm serve tiny --config NAME` in NAME's folder, the port only in the file."""
+        config.write_text(f"model: tiny\nport: {port}\nmax-model-len: 2048\n")
+        return self._start(self.script, port, "bound", config)
 
     def serving(self, port: int) -> subprocess.Popen:
         """A process that serves until `stop(proc)`."""

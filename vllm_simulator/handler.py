@@ -211,8 +211,8 @@ class Handler(BaseHTTPRequestHandler):
             self._metrics()
         elif path == _RESTRICTABLE:
             self._metrics(mounted=True, names=parse_qs(target.query).get("name[]"))
-        elif path == "/health":
-            self._send(200, b"", "application/json", handler=path)
+        elif path == "/health":  # vLLM's answer: 200 or, for a dead engine, 503, both with an empty body
+            self._send(503 if self._proc.entry().engine_dead else 200, b"", "application/json", handler=path)
         elif path == "/v1/models":
             self._send_json(200, openai_api.models_payload(sim.model, sim.process_start_time), handler=path)
         else:
@@ -249,6 +249,10 @@ class Handler(BaseHTTPRequestHandler):
             body = json.loads(raw or b"{}")
         except ValueError:
             self._api_error(openai_api.ApiError(400, "BadRequestError", "Request body is not valid JSON."), path)
+            return
+        if self._proc.entry().engine_dead:  # EngineDeadError.CLIENT_MESSAGE, vLLM 0.33 and later
+            self._api_error(openai_api.ApiError(500, "InternalServerError",
+                                                "The server had an error while processing your request."), path)
             return
         request = openai_api.parse_completion(body, path == "/v1/chat/completions", sim.model)
         if isinstance(request, openai_api.ApiError):

@@ -53,6 +53,9 @@ class Scenario:
     listening: bool = True
     restarts: bool = False
     multiprocess: bool = False
+    #: The engine died under a live API server (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1): GET /health answers 503
+    #: (empty) and a completion 500 in vLLM 0.33's words, while /metrics still answers.
+    engine_dead: bool = False
 
     def __post_init__(self) -> None:
         if not self.modes:
@@ -90,6 +93,8 @@ TABLE: Final[tuple[Scenario, ...]] = (
     Scenario("sleeping", "vLLM sleep mode", (_M.SLEEPING,)),
     Scenario("slow", "/metrics takes longer than the check may wait", metrics=_A.SLOW),
     Scenario("dead", "nothing listens on the port", listening=False),
+    Scenario("engine_dead", "the engine died, its API server lives on: /health 503, completions 500 (0.33)",
+             (_M.HUNG,), engine_dead=True),
 )
 
 #: The table by name.

@@ -14,20 +14,14 @@ import ipaddress
 import os
 import socket
 import subprocess
-from collections.abc import Iterable, Sequence
 from urllib.parse import urlsplit
 
 from check_vllm.contract.safe_text import clean
-from check_vllm.contract.values import Instant, ServerProcess, Witness
-from check_vllm.server import clock
+from check_vllm.contract.values import Witness
+from check_vllm.server.processes import by_command_line, process
 
-#: vLLM's default --port.
-DEFAULT_PORT = 8000
-#: The API server's module, for `python -m ...` command lines.
-API_MODULE = "vllm.entrypoints.openai.api_server"
 #: Seconds a --pid-command may take.
 PID_COMMAND_TIMEOUT = 5.0
-_CMDLINE_MAX = 64 << 10
 
 
 def is_local(url: str) -> bool:
@@ -61,73 +55,6 @@ def _bindable(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
 def url_port(url: str) -> int:
     parts = urlsplit(url)
     return parts.port or (443 if parts.scheme == "https" else 80)
-
-
-def serves_port(argv: Sequence[str], port: int) -> bool:
-    """A command line of vLLM's API server (`vllm serve ...`, `python -m vllm.entrypoints.openai.api_server`)
-    that serves `port` (no --port: vLLM's 8000)."""
-    server = any(os.path.basename(a) == "vllm" and argv[i + 1:i + 2] == ["serve"] for i, a in enumerate(argv)) \
-        or any(a == API_MODULE or a.endswith("/" + API_MODULE.replace(".", "/") + ".py") for a in argv)
-    if not server:
-        return False
-    given = None
-    for i, arg in enumerate(argv):
-        if arg == "--port" and i + 1 < len(argv):
-            given = argv[i + 1]
-        elif arg.startswith("--port="):
-            given = arg.partition("=")[2]
-    try:
-        return int(given) == port if given is not None else port == DEFAULT_PORT
-    except ValueError:
-        return False
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            raw = fh.read(_CMDLINE_MAX)
-    except OSError:
-        return []
-    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
-
-
-def _stat_start(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat: the start time in clock ticks since boot (after the `(comm)` field,
-    which may hold spaces and parentheses)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read(4096)
-        return int(raw[raw.rindex(b")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def process(pid: int, how: str) -> ServerProcess | None:
-    """The live process `pid`, with its identity and age; None when it is gone (or a zombie)."""
-    ticks = _stat_start(pid)
-    if ticks is None or pid <= 0:
-        return None
-    started = ticks / os.sysconf("SC_CLK_TCK")
-    now = clock.now()
-    if now.mono is None:  # no boot-time clock here: /proc/uptime is the same clock
-        return None
-    return ServerProcess(pid, ticks, Instant(now.wall - max(now.mono - started, 0.0), started, now.boot), how)
-
-
-def _pids() -> Iterable[int]:
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return ()
-    return (int(n) for n in names if n.isdigit())
-
-
-def by_command_line(port: int) -> ServerProcess | None:
-    """The oldest vLLM API server process whose command line serves `port` (the oldest: the parent of a
-    multi-process server; its API server children keep the same command line)."""
-    found = [pid for pid in _pids() if pid != os.getpid() and serves_port(_cmdline(pid), port)]
-    seen = [p for p in (process(pid, "command line") for pid in found) if p is not None]
-    return min(seen, key=lambda p: p.start_ticks, default=None)
 
 
 def _pid_text(text: str, source: str) -> Witness:
@@ -176,4 +103,4 @@ def witness(url: str, pid_file: str | None = None, pid_command: str | None = Non
         return from_pid_command(pid_command)
     if not is_local(url):
         return None
-    return Witness(by_command_line(url_port(url)))
+    return by_command_line(url_port(url))

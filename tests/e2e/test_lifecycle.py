@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.server import host
+from check_vllm.server import host, processes
 from tests.loading_vllm import Loaders, free_port, loaders
 
 PERF = (" | kv_cache_usage=U;;;0;100 prompt_tokens_per_second=U;;;0 running=U;;;0 stalled_seconds=U;;;0 "
@@ -150,9 +150,93 @@ def test_the_host_is_a_witness_only_for_its_own_addresses():
 
 
 def test_command_lines_of_the_api_server():
-    assert host.serves_port(["/v/bin/python3", "/v/bin/vllm", "serve", "m", "--port", "8001"], 8001)
-    assert host.serves_port(["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"], 8000)
-    assert host.serves_port(["vllm", "serve", "m", "--port=9000"], 9000)
-    assert not host.serves_port(["vllm", "serve", "m"], 8001)
-    assert not host.serves_port(["python3", "-m", "vllm_simulator", "--port", "8000"], 8000)
-    assert not host.serves_port(["VLLM::EngineCore"], 8000)
+    assert processes.serves_port(["/v/bin/python3", "/v/bin/vllm", "serve", "m", "--port", "8001"], 8001)
+    assert processes.serves_port(["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"], 8000)
+    assert processes.serves_port(["vllm", "serve", "m", "--port=9000"], 9000)
+    assert not processes.serves_port(["vllm", "serve", "m"], 8001)
+    assert not processes.serves_port(["python3", "-m", "vllm_simulator", "--port", "8000"], 8000)
+    assert not processes.serves_port(["VLLM::EngineCore"], 8000)
+
+
+# --------------------------------------------------------------------------- issue 27: four ways the path got a server wrong
+
+
+def test_a_server_whose_port_is_only_in_its_config_file_is_starting(run_check, loader, tmp_path):
+    """`vllm serve --config vllm.yaml` with `port:` in the YAML: f2970e2 found no process for the port and read
+    CRITICAL down while it loaded. The host reads the port from the file (relative to the server's own folder)."""
+    port = free_port()
+    proc = loader.with_config(port, tmp_path / "vllm.yaml")
+    r = run_check("-u", f"http://127.0.0.1:{port}")
+    assert norm(r.first) == (f"VLLM WARNING - starting: vLLM process {proc.pid} started <N> ago, not serving yet "
+                             f"(grace <N>; connection refused (http://127.0.0.1:{port})){PERF}")
+    assert r.code == 1
+
+
+PROXY = """\
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"<html><body>502 Bad Gateway</body></html>"
+        self.send_response(502); self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    do_POST = do_GET
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_a_loading_server_behind_a_proxy_on_this_host_is_starting(run_check, loader, tmp_path):
+    """An auth or TLS proxy on this host answers 502 while vLLM, behind it on another port, loads: f2970e2 took
+    the proxy's port for vLLM's, found no process, and counted the 502s toward a proven unresponsive."""
+    import subprocess
+    import sys
+
+    front, back = free_port(), free_port()
+    proc = loader(back)
+    proxy = subprocess.Popen([sys.executable, "-c", PROXY, str(front)])
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", front), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        r = run_check("-u", f"http://127.0.0.1:{front}", "--stuck-readings", "1", "--stuck-seconds", "0")
+        assert norm(r.first).startswith(f"VLLM WARNING - starting: vLLM process {proc.pid} started <N> ago, not "
+                                        f"serving yet (grace <N>; /metrics answered HTTP 502"), r.first
+        assert r.code == 1
+    finally:
+        proxy.kill()
+        proxy.wait()
+
+
+def test_an_engine_that_died_under_its_api_server_is_down_in_the_words_of_0_33(run_check, sim):
+    """VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1: /metrics answers, completions 500 with 0.33's words (no engine named),
+    /health 503. f2970e2 read it as an unanswered probe: stalling, stuck only after the proof."""
+    sim.set_scenario("engine_dead")
+    r = run_check("-u", sim.url)
+    assert r.first.startswith("VLLM CRITICAL - down: engine died (completion answered HTTP 500: The server had an "
+                              "error while processing your request.; GET /health answered 503)"), r.first
+    assert r.code == 2
+
+
+def test_the_collector_and_the_agent_date_a_process_on_the_hosts_clock(loader):
+    """f2970e2: their in-process memory dated now on time.monotonic(), the process's start on CLOCK_BOOTTIME:
+    every reading said "started 0.0 s ago", so a server hanging while it loads was starting for ever."""
+    from check_vllm.contract.vocab import OPTIONS, SETTINGS
+    from check_vllm.haproxy.watch import Watch
+    from check_vllm.netdata.collector import JobCollector
+    from check_vllm.netdata.config import Job
+    from check_vllm.server.fetch import Endpoint
+
+    port = free_port()
+    loader(port)
+    time.sleep(1.3)
+    url = f"http://127.0.0.1:{port}"
+    tick, _, _ = JobCollector(Job("t", url), say=lambda m: None).observe()
+    watch = Watch(Endpoint(url), SETTINGS._replace(start_grace=1.0), OPTIONS._replace(reread=False), 1.0, 60.0,
+                  say=lambda m: None)
+    agent = watch.judge()
+    assert tick.word == "starting" and re.search(r"started 1\.\d s ago", tick.text), tick.summary
+    assert (agent.word, agent.code) == ("down", 2), agent.summary  # past its 1 s grace: the agent marks it down
+    assert agent.text.startswith("not serving 1."), agent.summary

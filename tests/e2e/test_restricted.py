@@ -261,7 +261,7 @@ def test_when_both_pages_fail_the_whole_page_speaks_and_nothing_is_learnt(run_ch
         r = run_check("-u", srv.url, *FAST)
         assert (r.code, r.word) == (WARNING, "unresponsive"), r.out
         assert r.status.startswith("unresponsive: /metrics answered HTTP 500"), r.out
-        assert paths(srv) == [MOUNT, WHOLE]
+        assert paths(srv) == [MOUNT, WHOLE, "GET /health"]  # a read that failed asks whether the engine died
         assert "whole_page" not in saved(state, srv.url)
 
 
