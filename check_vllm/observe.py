@@ -119,7 +119,7 @@ class _Calls:
         self.doing(f"the probe (POST /v1/completions, up to {self.options.probe_timeout:g} s)")
         budget = self.left(self.options.probe_timeout)
         outcome = api.complete(self.client, self.endpoint, model or "", budget, budget >= self.options.probe_timeout)
-        if outcome.kind != NO_ANSWER:
+        if outcome.kind != NO_ANSWER or outcome.status is None:  # a time-out: /health cannot say more
             return outcome
         self.doing("GET /health")  # a dead engine's words changed in 0.33: its /health did not
         if api.engine_dead(self.client, self.endpoint, self.left(None)):
@@ -158,9 +158,9 @@ def _witness(calls: _Calls, kind: str) -> Witness | None:
 
 
 def _engine_said(calls: _Calls, failure: Failure) -> Failure:
-    """A read that got no answer from a server that answers (a 5xx, a time-out): its API server may say the
-    engine died (GET /health, on this path only)."""
-    if failure.kind != UNRESPONSIVE or failure.dead_engine:
+    """A read answered with a 5xx: its API server may say the engine died (GET /health, on this path only; a
+    time-out is an event loop too busy to tell, and is not asked again)."""
+    if failure.kind != UNRESPONSIVE or failure.status is None or failure.dead_engine:
         return failure
     calls.doing("GET /health")
     if api.engine_dead(calls.client, calls.endpoint, calls.left(None)):

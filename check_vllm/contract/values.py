@@ -70,6 +70,8 @@ class Failure(NamedTuple):
     #: The server's API server said its engine died (an error naming it, or GET /health 503): down whatever
     #: the host shows of the API server's process, and a restart is what it needs.
     dead_engine: bool = False
+    #: The HTTP status of a server that answered (a 5xx), None when nothing came back in time.
+    status: int | None = None
 
 
 # What became of the 1-token probe: one kind, set where the answer is read.
@@ -87,6 +89,8 @@ class ProbeOutcome(NamedTuple):
     detail: str = ""
     prompt_tokens: float = 0.0
     completion_tokens: float = 0.0
+    #: The HTTP status of an answer that was no completion (None: no answer, or a completion).
+    status: int | None = None
 
 
 # --------------------------------------------------------------------------- time and memory: what one run leaves the next

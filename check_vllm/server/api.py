@@ -102,7 +102,7 @@ def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float) -
             return Failure(NO_METRICS, detail), True, False
         return Failure(UNRESPONSIVE, detail), True, False
     if resp.status >= 500:
-        return Failure(UNRESPONSIVE, f"/metrics answered HTTP {resp.status}"), True, False
+        return Failure(UNRESPONSIVE, f"/metrics answered HTTP {resp.status}", status=resp.status), True, False
     if resp.status != 200:
         return Failure(NO_METRICS, f"/metrics answered HTTP {resp.status}"), True, False
     try:
@@ -173,7 +173,8 @@ def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: floa
         detail = f"completion answered HTTP {resp.status}{clean(said, 160)}"
         if resp.status >= 500 and any(sign in said for sign in ENGINE_DEAD_SIGNS):
             return ProbeOutcome(ENGINE_DEAD, resp.seconds, detail)
-        return ProbeOutcome(REJECTED if 400 <= resp.status < 500 else NO_ANSWER, resp.seconds, detail)
+        return ProbeOutcome(REJECTED if 400 <= resp.status < 500 else NO_ANSWER, resp.seconds, detail,
+                            status=resp.status)
     doc = resp.json()
     if not isinstance(doc, dict) or not doc.get("choices"):  # an answer all the same: it proves nothing
         said = endpoint.redact(_error_text(doc))

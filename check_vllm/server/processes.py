@@ -123,11 +123,11 @@ def _netns(pid: int | str) -> str | None:
 def by_command_line(port: int) -> Witness | None:
     """The oldest vLLM API server process here whose command line (or --config file) serves `port`, in this
     network namespace (the oldest: the parent of a multi-process server; its API server children keep the same
-    command line). Behind a proxy on this host (the port is another program's), the one vLLM server here that
-    does not listen yet (loading) is the server; with no vLLM here, the host is no witness (None). Finding none is proof of none only when the
+    command line). A port held by another program (a TLS or auth proxy in front of vLLM) makes the host no
+    witness (None): it cannot tell which server is behind it, so the check concludes what one from another
+    host would; --pid-file or --pid-command name the process. Finding none is proof of none only when the
     host saw all it needs (blind): otherwise a Witness that says what it cannot see."""
     mine, ours, unsure = _netns("self"), [], []
-    others: dict[int, list[int]] = {}
     for pid in _pids():
         argv = _cmdline(pid)
         if pid == os.getpid() or not is_api_server(argv):
@@ -138,18 +138,12 @@ def by_command_line(port: int) -> Witness | None:
             unsure.append(f"vLLM process {pid}: {why}")
         elif served == port:
             ours.append(pid)
-        else:
-            others.setdefault(served, []).append(pid)
-    proxy = _proxy_on(port)
-    if not ours and proxy and not unsure:  # behind the proxy: the one vLLM server here that does not serve yet
-        quiet = [pids for served, pids in others.items() if not _listeners(served)]
-        ours = quiet[0] if len(quiet) == 1 else []
     seen = [p for p in (process(pid, "command line") for pid in ours) if p is not None]
     if seen:
         return Witness(min(seen, key=lambda p: p.start_ticks))
-    if proxy and not others and not unsure:
-        return None  # a proxy here for a vLLM elsewhere: what a check from another host sees
-    why = blind(proxy, others, unsure)
+    if not unsure and _proxy_on(port):
+        return None  # a proxy holds the port: the host cannot tell which vLLM is behind it (a remote check's view)
+    why = blind(unsure)
     return Witness(error=f"{why}: no proof there is none (name it with --pid-file or --pid-command)") if why \
         else Witness()
 
@@ -204,20 +198,16 @@ def _listener_owner(inodes: set[str]) -> str:
     return "a process this user cannot see"
 
 
-def _proxy_on(port: int) -> str:
-    """The program other than vLLM's API server that listens on `port` here ("" when none does)."""
+def _proxy_on(port: int) -> bool:
+    """A program other than vLLM's API server listens on `port` here (one this user cannot see counts too)."""
     inodes = _listeners(port)
-    return _listener_owner(inodes) if inodes else ""
+    return bool(inodes) and bool(_listener_owner(inodes))
 
 
-def blind(proxy: str, others: dict[int, list[int]], unsure: Sequence[str]) -> str:
+def blind(unsure: Sequence[str]) -> str:
     """Why finding no vLLM process for the URL's port proves nothing here ("" when it does): /proc hides other
-    users' processes; a vLLM process whose port cannot be told (an unreadable --config, another network
-    namespace such as a container behind `-p`); a proxy in front of several vLLM servers."""
+    users' processes, or a vLLM process here has a port that cannot be told (an unreadable --config, another
+    network namespace such as a container published with `-p`)."""
     if _hidden_proc():
         return "/proc hides other users' processes here (hidepid)"
-    if unsure:
-        return "; ".join(unsure[:3])
-    if proxy:
-        return f"the port is served by {proxy}, in front of {len(others)} vLLM servers here"
-    return ""
+    return "; ".join(unsure[:3])

@@ -185,9 +185,10 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
 
 
-def test_a_loading_server_behind_a_proxy_on_this_host_is_starting(run_check, loader, tmp_path):
-    """An auth or TLS proxy on this host answers 502 while vLLM, behind it on another port, loads: f2970e2 took
-    the proxy's port for vLLM's, found no process, and counted the 502s toward a proven unresponsive."""
+def test_behind_a_proxy_on_this_host_the_check_concludes_as_from_another_host(run_check, loader, tmp_path):
+    """An auth or TLS proxy on this host answers 502 while vLLM, behind it on another port, loads. The host
+    cannot tell which vLLM is behind the proxy: it is no witness (a remote check's view), and the operator
+    names the process with --pid-command to have the load read as starting."""
     import subprocess
     import sys
 
@@ -201,13 +202,32 @@ def test_a_loading_server_behind_a_proxy_on_this_host_is_starting(run_check, loa
                 break
             except OSError:
                 time.sleep(0.05)
-        r = run_check("-u", f"http://127.0.0.1:{front}", "--stuck-readings", "1", "--stuck-seconds", "0")
-        assert norm(r.first).startswith(f"VLLM WARNING - starting: vLLM process {proc.pid} started <N> ago, not "
-                                        f"serving yet (grace <N>; /metrics answered HTTP 502"), r.first
-        assert r.code == 1
+        url = f"http://127.0.0.1:{front}"
+        blind = run_check("-u", url)
+        assert blind.first.startswith("VLLM WARNING - unresponsive: /metrics answered HTTP 502 (for 0.0 s"), blind.first
+        named = run_check("-u", url, "--pid-command", f"echo {proc.pid}")
+        assert norm(named.first).startswith(f"VLLM WARNING - starting: vLLM process {proc.pid} (from its pid "
+                                            f"command) started <N> ago, not serving yet"), named.first
     finally:
         proxy.kill()
         proxy.wait()
+
+
+def test_a_vllm_process_in_another_network_namespace_is_no_proof_of_none(monkeypatch):
+    """A container published with `-p 8001:8000` runs vLLM in its own network namespace: its port is not the
+    URL's, so finding no process for the URL's port proves nothing (f2970e2: down at once, the handler restarted
+    it mid-load). The host says what it cannot see; the check concludes what a remote one would."""
+    from check_vllm.server import processes as p
+
+    monkeypatch.setattr(p, "_pids", lambda: [4242])
+    monkeypatch.setattr(p, "_cmdline", lambda pid: ["python3", "-m", p.API_MODULE, "--port", "8000"])
+    monkeypatch.setattr(p, "_netns", lambda pid: "net:[1]" if pid == "self" else "net:[2]")
+    seen = p.by_command_line(8001)
+    assert seen is not None and seen.process is None
+    assert seen.error == ("vLLM process 4242: it runs in another network namespace: no proof there is none "
+                          "(name it with --pid-file or --pid-command)")
+    monkeypatch.setattr(p, "_netns", lambda pid: "net:[1]")
+    assert p.by_command_line(8001) == p.Witness()  # the same namespace: a vLLM on another port is not ours
 
 
 def test_an_engine_that_died_under_its_api_server_is_down_in_the_words_of_0_33(run_check, sim):

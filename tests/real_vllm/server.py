@@ -271,7 +271,9 @@ class VllmServer:
     def __init__(self, venv: str | os.PathLike, model_dir: str | os.PathLike, port: int | None = None,
                  max_num_seqs: int = 2, log_path: str | os.PathLike | None = None,
                  served_model_name: str = SERVED_MODEL_NAME, extra_args: Iterable[str] = (),
-                 host: str = "127.0.0.1"):
+                 host: str = "127.0.0.1", extra_env: Mapping[str, str] | None = None,
+                 config_file: str | os.PathLike | None = None):
+        """`config_file`: start `--config FILE` with the host and port only in that YAML (vLLM's --config)."""
         self.venv = Path(venv)
         self.python = self.venv / "bin" / "python"
         self.model_dir = Path(model_dir)
@@ -280,6 +282,8 @@ class VllmServer:
         self.max_num_seqs = max_num_seqs
         self.served_model_name = served_model_name
         self.extra_args = list(extra_args)
+        self.extra_env = dict(extra_env or {})
+        self.config_file = Path(config_file) if config_file else None
         self.log_path = Path(log_path) if log_path else Path(f"/tmp/vllm-server-{self.port}.log")
         self.proc: subprocess.Popen | None = None
         self._log_file = None
@@ -296,12 +300,16 @@ class VllmServer:
         return self.proc.pid if self.proc else None
 
     def command(self) -> list[str]:
+        where = ["--host", self.host, "--port", str(self.port)]
+        if self.config_file is not None:
+            self.config_file.write_text(f"host: {self.host}\nport: {self.port}\n")
+            where = ["--config", str(self.config_file)]
         return [
             "setsid", "sh", "-c", AUTOGROUP_SH, "sh",
             str(self.python), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.model_dir),
             "--served-model-name", self.served_model_name,
-            "--host", self.host, "--port", str(self.port),
+            *where,
             "--max-num-seqs", str(self.max_num_seqs),
             "--max-model-len", "2048",
             "--dtype", "float32",
@@ -313,6 +321,7 @@ class VllmServer:
         env = {k: v for k, v in os.environ.items()
                if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTEST_ADDOPTS")}
         env.update(SERVER_ENV)
+        env.update(self.extra_env)
         env["VIRTUAL_ENV"] = str(self.venv)
         env["PATH"] = f"{self.venv / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
         return env
@@ -325,7 +334,8 @@ class VllmServer:
         return "\n".join(text.splitlines()[-lines:])
 
     # -- lifecycle
-    def start(self, timeout: float = 240.0) -> VllmServer:
+    def start(self, timeout: float = 240.0, wait: bool = True) -> VllmServer:
+        """Start it; with `wait`, return once /health answers 200 (else at once: it loads)."""
         if self.proc and self.proc.poll() is None:
             raise RuntimeError(f"vLLM server already running (pid {self.proc.pid})")
         if not self.python.exists():
@@ -341,6 +351,8 @@ class VllmServer:
         t0 = time.monotonic()
         self.proc = subprocess.Popen(self.command(), env=self.env(), stdin=subprocess.DEVNULL,
                                      stdout=self._log_file, stderr=subprocess.STDOUT, cwd="/")
+        if not wait:
+            return self
         try:
             self._wait_healthy(t0 + timeout)
         except BaseException:
