@@ -34,6 +34,8 @@ KINDS = (STARTUP, READINESS, LIVENESS)
 PASS, FAIL = 0, 1
 #: One line the kubelet keeps in the pod's events (it truncates long probe output anyway).
 LINE_CAP = 300
+#: A fault beside a verdict is quoted this far, so that the verdict still fits on the line.
+FAULT_CAP = 120
 
 
 class Seen(NamedTuple):
@@ -76,7 +78,7 @@ def said(seen: Seen) -> str:
     if seen.word:
         verdict = seen.summary or seen.word
         verdict = verdict if seen.code == OK else f"{CODE_NAMES[seen.code]} {verdict}"
-    fault = f"{CODE_NAMES[UNKNOWN]} {seen.fault}" if seen.fault else ""
+    fault = f"{CODE_NAMES[UNKNOWN]} {clean(seen.fault, FAULT_CAP)}" if seen.fault else ""
     return "; ".join(filter(None, (fault, verdict)))
 
 

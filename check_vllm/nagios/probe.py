@@ -65,7 +65,7 @@ def answer_run(kind: str, run: object) -> NoReturn:
         raise Answered(answer(kind, Seen(fault=str(err)))) from None
     verdict: Verdict = metrics["verdict"]
     seen = Seen(verdict.word, verdict.code, verdict.summary,
-                fault=server.state_note if server.save_failed else "",
+                fault=server.unsaved,
                 reading=bool(verdict.engines), served_before=verdict.memory.baseline is not None)
     raise Answered(answer(kind, seen))
 
