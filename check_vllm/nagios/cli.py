@@ -106,7 +106,7 @@ def parser() -> argparse.ArgumentParser:
     # issue 28: one block, the probe's own (check_vllm.nagios.probe, check_vllm.contract.probes)
     from check_vllm.contract.probes import KINDS
 
-    o = p.add_argument_group("orchestrator probe (docs/kubernetes.md)")
+    o = p.add_argument_group("orchestrator probe (docs/probes.md)")
     o.add_argument("--probe", choices=KINDS, help="answer as a Kubernetes exec probe or Docker HEALTHCHECK: exit 0 "
                    "pass, 1 fail, one line; liveness fails only on proof, readiness from the first sign, startup "
                    "until it served; a fault of the check itself never fails liveness or readiness")
