@@ -157,9 +157,10 @@ def _unknown(message: str) -> NoReturn:
 def main(argv: list[str] | None = None) -> NoReturn:
     from check_vllm.nagios import probe
 
-    kind = probe.kind_in(sys.argv[1:] if argv is None else argv)
+    given = sys.argv[1:] if argv is None else argv
+    kind = probe.kind_in(given)
     if kind is not None:  # a probe answers 0/1 and one line, whatever happens in the run (exit 2, 3, a bug)
-        probe.guard(kind, lambda: _check(argv))
+        probe.guard(kind, lambda: _check(argv), probe.verbose_in(given))
     _check(argv)
 
 

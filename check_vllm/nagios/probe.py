@@ -51,23 +51,40 @@ def kind_in(argv: Sequence[str]) -> str | None:
 
 
 def answer_run(kind: str, run: object) -> NoReturn:
-    """Observe once, as the check does (state file, lock, memory), and answer as a probe of `kind`."""
+    """Observe once, as the check does (state file, lock, memory), and answer as a probe of `kind`; a fault of
+    ours during the run (the lock held too long, our time-out, a bug) is answered with what the state file said."""
     import nagiosplugin
 
     from check_vllm.contract.values import Verdict
+    from check_vllm.nagios.cli import Deadline
     from check_vllm.nagios.plugin import Run, Server
 
     assert isinstance(run, Run)
     server = Server(run)
     try:
         metrics = {m.name: m.value for m in server.probe()}
-    except nagiosplugin.CheckError as err:  # the state lock held by another run past its time-out
-        raise Answered(answer(kind, Seen(fault=str(err)))) from None
+    except nagiosplugin.CheckError as err:  # the state lock held by another run past its wait
+        raise Answered(answer(kind, Seen(fault=str(err), served_before=_served_before(run)))) from None
+    except Deadline as err:
+        raise Answered(answer(kind, Seen(fault=str(err), served_before=server.served_before))) from None
+    except Exception as err:  # noqa: BLE001 - a probe's own bug is never a restart
+        why = f"internal error: {err.__class__.__name__}: {err}"
+        raise Answered(answer(kind, Seen(fault=why, served_before=server.served_before))) from None
     verdict: Verdict = metrics["verdict"]
-    seen = Seen(verdict.word, verdict.code, verdict.summary,
-                fault=server.unsaved,
-                reading=bool(verdict.engines), served_before=verdict.memory.baseline is not None)
+    seen = Seen(verdict.word, verdict.code, verdict.summary, fault=server.unsaved,
+                reading=bool(verdict.engines), served_before=server.served_before)
     raise Answered(answer(kind, seen))
+
+
+def _served_before(run: object) -> bool:
+    """Whether the state file keeps a reading, read without the lock another run holds (saves are atomic renames)."""
+    from check_vllm.memory import codec
+    from check_vllm.memory.statefile import check_file
+    from check_vllm.nagios.plugin import Run
+
+    assert isinstance(run, Run)
+    saved, _ = check_file(run.state_dir, run.endpoint.url, run.options.proxy).load()
+    return codec.from_json(saved).baseline is not None
 
 
 def _said(out: str, err: str, code: object) -> str:
@@ -78,6 +95,16 @@ def _said(out: str, err: str, code: object) -> str:
             line = lines[-1] if text is err else lines[0]
             return line.split(" - ", 1)[1] if line.startswith("VLLM ") and " - " in line else line
     return f"the check exited {code!r} without a word"
+
+
+def verbose_in(argv: Sequence[str]) -> bool:
+    """-v anywhere before `--`: the held-back stderr goes out after the line."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if arg == "--verbose" or (arg.startswith("-v") and set(arg[1:]) == {"v"}):
+            return True
+    return False
 
 
 def guard(kind: str, body: Callable[[], object], verbose: bool = False) -> NoReturn:

@@ -129,6 +129,32 @@ def test_two_probes_at_once_neither_deadlock_nor_both_probe(sim: Simulator, tmp_
              for kind in ("liveness", "readiness")]
     outs = [p.communicate(timeout=30) for p in procs]
     assert [p.returncode for p in procs] == [PASS, PASS], outs
-    for (out, err), kind in zip(outs, ("liveness", "readiness")):
+    for (out, err), kind in zip(outs, ("liveness", "readiness"), strict=True):
         assert re.fullmatch(rf"{kind} pass: idle: .+\n", out) and err == "", (out, err)
     assert len(sim.inference_requests()) == 1, sim.requests()
+
+
+def test_startup_on_a_fault_of_ours_passes_only_if_the_state_file_says_it_served(sim: Simulator, run_check,
+                                                                                 tmp_path: Path):
+    """The state lock held past its wait (-t 3: one second) is our fault: liveness and readiness pass; startup
+    passes on a server the state file saw serving, and fails on one it never saw."""
+    import fcntl
+
+    from check_vllm.memory.statefile import state_path
+
+    sim.set_scenario("busy")
+    state = tmp_path / "state"
+    assert run_check("--probe", "startup", "-u", sim.url, *FAST).code == PASS  # run_check's --state-dir is `state`
+    busy = "UNKNOWN another check_vllm run on this target held the state lock for 1 s"
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    for where, served in ((state, True), (fresh, False)):
+        with open(state_path(where, sim.url).with_suffix(".lock"), "a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            got = {k: run_check("--probe", k, "-u", sim.url, "--state-dir", str(where), "-t", "3", *FAST)
+                   for k in ("liveness", "readiness", "startup")}
+        assert {k: r.code for k, r in got.items()} == {"liveness": PASS, "readiness": PASS,
+                                                       "startup": PASS if served else FAIL}, got
+        assert one_line(got["liveness"]) == f"liveness pass in spite of: {busy}"
+        assert one_line(got["startup"]) == (f"startup pass in spite of: {busy} (it served before)" if served
+                                            else f"startup fail: {busy} (no reading yet)")

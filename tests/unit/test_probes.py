@@ -117,3 +117,13 @@ def test_every_kind_has_a_rule_and_the_kubelet_order():
 ])
 def test_the_pre_scan(argv, kind):
     assert kind_in(argv) == kind
+
+
+@pytest.mark.parametrize(("argv", "verbose"), [
+    ([], False), (["-v"], True), (["-vv"], True), (["--verbose"], True), (["-u", "x", "-t", "5"], False),
+    (["--", "-v"], False), (["-V"], False),
+])
+def test_the_verbose_pre_scan(argv, verbose):
+    from check_vllm.nagios.probe import verbose_in
+
+    assert verbose_in(argv) is verbose
