@@ -240,7 +240,7 @@ def bench_traffic(state: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def bench_probe(reps: int, state: Path) -> dict[str, float]:
+def bench_probe(reps: int, state: Path) -> dict[str, Any]:
     """One `check_vllm --probe` run, as the kubelet runs it inside the vLLM container (steady state, busy
     simulator): wall time, CPU of the probe process (user + system), bytes on the wire; and what liveness plus
     readiness every 10 s cost in CPU of one core (issue 28: above 2 % a long-running probe would be offered)."""
@@ -260,7 +260,7 @@ def bench_probe(reps: int, state: Path) -> dict[str, float]:
         wire = traffic(sim.port, state / "probe-traffic", "restricted", args=("--probe", "liveness"))
     cpu = statistics.median(cpus)
     return {"wall": statistics.median(walls), "cpu": cpu, "bytes": wire["sent"] + wire["received"],
-            "share": 2 * cpu / 10, "line": line}  # type: ignore[dict-item]
+            "share": 2 * cpu / 10, "line": line}
 
 
 # --------------------------------------------------------------------------- a real vLLM, when there is one
