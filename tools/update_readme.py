@@ -1,6 +1,7 @@
 """Regenerate what the docs carry from the code, so none of it drifts: the usage block of docs/usage.md from
 `check_vllm --help`, the agent's in docs/haproxy-agent.md from `check_vllm_agent --help`, the README's
-verdict table from the contract's table (check_vllm.contract.vocab.VERDICTS), and its reliability tables from
+verdict table from the contract's table (check_vllm.contract.vocab.VERDICTS), docs/probes.md's probe table from
+check_vllm.contract.probes, and the README's reliability tables from
 the report of one 60-minute soak (docs/soak-60min.json, written by `SOAK_MINUTES=60 tox -e soak`).
 
 Run `python tools/update_readme.py`; tests/unit/test_readme.py fails when any of them is stale.
@@ -23,6 +24,8 @@ README = USAGE.parent.parent / "README.md"
 V_START, V_END = "<!-- verdicts:start -->", "<!-- verdicts:end -->"
 SOAK = USAGE.parent / "soak-60min.json"
 R_START, R_END = "<!-- reliability:start -->", "<!-- reliability:end -->"
+PROBES = USAGE.parent / "probes.md"
+P_START, P_END = "<!-- probes:start -->", "<!-- probes:end -->"
 
 
 def help_of(parser_module: str) -> str:
@@ -67,6 +70,38 @@ def verdicts() -> str:
         states = ", ".join(CODE_NAMES[c] for c in w.states)
         rows.append(f"| `{w.word}` | {states} | {'**yes** (CRITICAL)' if w.restartable else 'no'} | {w.meaning} |")
     return "\n".join(rows) + "\n"
+
+
+def probes() -> str:
+    """docs/probes.md's table: each verdict and state, and a fault of ours, as each probe kind answers it
+    (check_vllm.contract.probes, which reads the restartable words and the rotation table)."""
+    from check_vllm.contract.probes import KINDS, STARTUP, Seen, answer
+    from check_vllm.contract.vocab import CODE_NAMES, VERDICTS
+
+    def cell(kind: str, seen: Seen) -> str:
+        a = answer(kind, seen)
+        if a.passed:
+            return "pass, in spite of it" if a.in_spite else "pass"
+        if kind != STARTUP:
+            return "**fail**"
+        unless = [why for why, more in (("/metrics was read this run", {"reading": True}),
+                                        ("the state file says it served before", {"served_before": True}))
+                  if answer(kind, seen._replace(**more)).passed]
+        return f"fail; pass if {' or '.join(unless)}" if unless else "fail"
+
+    rows = ["| verdict | state | " + " | ".join(KINDS) + " |", "|---|---|" + "---|" * len(KINDS)]
+    for w in VERDICTS:
+        for state in w.states:
+            seen = Seen(w.word, state, w.word)
+            rows.append(f"| `{w.word}` | {CODE_NAMES[state]} | " + " | ".join(cell(k, seen) for k in KINDS) + " |")
+    fault = Seen(fault="a fault of ours")
+    rows.append("| a fault of ours: bad options, our own time-out, a state file it cannot write, the state lock "
+                "held too long, a bug | | " + " | ".join(cell(k, fault) for k in KINDS) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def render_probes(text: str) -> str:
+    return _between(text, P_START, P_END, probes())
 
 
 def _words(sequence: str) -> Counter[str]:
@@ -131,7 +166,7 @@ def render_readme(text: str) -> str:
 
 
 if __name__ == "__main__":
-    for path, renderer in ((USAGE, render), (AGENT, render_agent), (README, render_readme)):
+    for path, renderer in ((USAGE, render), (AGENT, render_agent), (README, render_readme), (PROBES, render_probes)):
         text = path.read_text()
         new = renderer(text)
         if new != text:

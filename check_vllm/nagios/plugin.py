@@ -57,6 +57,8 @@ class Server(nagiosplugin.Resource):
         self.run = run
         self.state_note = ""
         self.save_failed = False
+        self.unsaved = ""  # why the state was not saved (the probe passes in spite of it)
+        self.served_before = False
 
     @property
     def name(self) -> str:
@@ -76,6 +78,7 @@ class Server(nagiosplugin.Resource):
         try:
             saved, note = store.load()
             remembered = memory.from_json(saved)
+            self.served_before = remembered.baseline is not None  # the probe's startup asks (nagios/probe.py)
             unsaved = unsaved or _blind(store.unwritable())
             if unsaved:  # a baseline this run cannot replace would compare the server's past, not its present
                 remembered = memory.from_json({})
@@ -92,6 +95,7 @@ class Server(nagiosplugin.Resource):
                     unsaved = f"state not saved: {err}"
             if unsaved:
                 self.save_failed = True
+                self.unsaved = unsaved
                 self.state_note = "; ".join(filter(None, (self.state_note, unsaved)))
         finally:
             store.unlock()

@@ -1,5 +1,6 @@
 """The generated blocks (docs/usage.md from check_vllm --help, docs/haproxy-agent.md from check_vllm_agent
---help, the README's verdict table and its reliability tables from the 60-minute soak's report): fail when
+--help, the README's verdict table and its reliability tables from the 60-minute soak's report, docs/probes.md's
+probe table from check_vllm.contract.probes): fail when
 someone forgot to regenerate them."""
 
 from __future__ import annotations
@@ -90,3 +91,19 @@ def test_a_soak_sequence_reads_as_counts_per_word():
     words = _tool()._words("busy x3 > stalling/W > stuck/C! x2 > no metrics/W > busy")
     assert words == {"busy": 4, "stalling": 1, "stuck": 2, "no metrics": 1}
     assert _tool()._words("-") == {}
+
+
+def test_the_probe_table_is_the_code_s():
+    """docs/probes.md's table comes from check_vllm.contract.probes: every word and state of the contract has a row."""
+    tool = _tool()
+    text = tool.PROBES.read_text()
+    assert text.count(tool.P_START) == text.count(tool.P_END) == 1
+    assert tool.render_probes(text) == text, "docs/probes.md is stale: run `python tools/update_readme.py`"
+    from check_vllm.contract.vocab import CODE_NAMES, VERDICTS
+
+    for w in VERDICTS:
+        for state in w.states:
+            assert f"| `{w.word}` | {CODE_NAMES[state]} |" in text
+    stale = text.replace("| `stuck` | CRITICAL | fail; pass if /metrics was read this run | **fail** | **fail** |",
+                         "| `stuck` | CRITICAL | fail | **fail** | pass |", 1)
+    assert stale != text and tool.render_probes(stale) != stale

@@ -1,0 +1,137 @@
+"""contrib/kubernetes and contrib/docker validate (issue 28): every manifest against the Kubernetes API models,
+strictly (an unknown or misspelt field fails, which the models alone would drop), and every check_vllm command
+line in them parses with the check's own parser and passes its option checks.
+
+Why the models and not `kubectl apply --dry-run=client`: kubectl needs an API server even for a client-side
+dry run (it downloads the OpenAPI schema and the resource mappings), and this tier runs without one. The
+`kubernetes` package is a test-only dependency (the `test` extra), never the product's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+import pytest
+import yaml
+
+from check_vllm.contract.probes import KINDS
+from check_vllm.nagios import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = sorted((ROOT / "contrib" / "kubernetes").glob("*.yaml"))
+MODELS = {("apps/v1", "Deployment"): "V1Deployment", ("v1", "Service"): "V1Service"}
+PRIMITIVE = {"str": (str,), "int": (int,), "bool": (bool,), "float": (int, float), "object": (int, str, dict, list)}
+
+
+def strict(data: Any, kind: str, where: str = "") -> list[str]:
+    """Every key of `data` must be a field of the model `kind` (by its JSON name), recursively; the types match."""
+    if kind in PRIMITIVE:
+        ok = isinstance(data, PRIMITIVE[kind]) and not (kind == "int" and isinstance(data, bool))
+        return [] if ok else [f"{where}: {data!r} is not {kind}"]
+    if kind == "datetime":
+        return []
+    if m := re.fullmatch(r"List\[(.+)\]", kind):
+        if not isinstance(data, list):
+            return [f"{where}: not a list"]
+        return [e for i, item in enumerate(data) for e in strict(item, m.group(1), f"{where}[{i}]")]
+    if m := re.fullmatch(r"Dict\[str, (.+)\]", kind):
+        if not isinstance(data, dict):
+            return [f"{where}: not a mapping"]
+        return [e for k, v in data.items() for e in strict(v, m.group(1), f"{where}.{k}")]
+    model = getattr(kubernetes.client, kind)
+    if not isinstance(data, dict):
+        return [f"{where}: not a {kind}"]
+    by_json = {json_name: attr for attr, json_name in model.attribute_map.items()}
+    errors = []
+    for key, value in data.items():
+        if key not in by_json:
+            errors.append(f"{where}.{key}: no such field in {kind}")
+        else:
+            errors += strict(value, model.openapi_types[by_json[key]], f"{where}.{key}")
+    return errors
+
+
+def documents() -> list[tuple[str, dict]]:
+    return [(f"{path.name}#{i}", doc) for path in K8S for i, doc in enumerate(yaml.safe_load_all(path.read_text()))]
+
+
+def test_there_is_a_deployment():
+    assert any(doc["kind"] == "Deployment" for _, doc in documents())
+
+
+@pytest.mark.parametrize(("name", "doc"), documents(), ids=[n for n, _ in documents()])
+def test_every_manifest_is_a_valid_object(name, doc):
+    kind = MODELS[(doc["apiVersion"], doc["kind"])]
+    assert strict(doc, kind) == []
+    # the models' own checks (required fields, enums) on top
+    client = kubernetes.client.ApiClient()
+    client._ApiClient__deserialize(doc, kind)  # the public deserialize wants an HTTP response
+
+
+def test_the_strict_walk_catches_a_misspelt_field():
+    doc = dict(documents()[0][1])
+    spec = json.loads(json.dumps(doc))
+    container = spec["spec"]["template"]["spec"]["containers"][0]
+    container["securityContext"]["readOnlyRootFileSystem"] = True
+    container["livenessProbe"]["timeoutSeconds"] = "10"
+    errors = strict(spec, "V1Deployment")
+    assert any("readOnlyRootFileSystem: no such field" in e for e in errors), errors
+    assert any("timeoutSeconds: '10' is not int" in e for e in errors), errors
+
+
+def deployment_container() -> dict:
+    doc = next(doc for _, doc in documents() if doc["kind"] == "Deployment")
+    return doc["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_the_deployment_runs_the_three_probes_on_an_empty_dir_read_only_and_not_as_root():
+    doc = next(doc for _, doc in documents() if doc["kind"] == "Deployment")
+    pod = doc["spec"]["template"]["spec"]
+    c = deployment_container()
+    assert pod["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["readOnlyRootFilesystem"] is True
+    state = next(v["name"] for v in pod["volumes"] if "emptyDir" in v and v["name"] == "check-vllm-state")
+    mount = next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == state)
+    for kind in KINDS:
+        probe = c[f"{kind}Probe"]
+        argv = probe["exec"]["command"]
+        assert argv[:3] == ["check_vllm", "--probe", kind]
+        assert argv[argv.index("--state-dir") + 1] == mount
+        assert float(argv[argv.index("-t") + 1]) <= probe["timeoutSeconds"] - 1  # the interpreter's start-up
+    assert c["livenessProbe"]["failureThreshold"] == 1  # the proof is inside the check
+    # the three share one state file: every option but the kind is the same
+    rest = {tuple(c[f"{k}Probe"]["exec"]["command"][3:]) for k in KINDS}
+    assert len(rest) == 1, rest
+
+
+def commands() -> list[tuple[str, list[str]]]:
+    """Every check_vllm argv in contrib/kubernetes and contrib/docker."""
+    found = [(name, c[f"{k}Probe"]["exec"]["command"]) for name, doc in documents() if doc["kind"] == "Deployment"
+             for c in doc["spec"]["template"]["spec"]["containers"] for k in KINDS if f"{k}Probe" in c]
+    compose = yaml.safe_load((ROOT / "contrib" / "docker" / "compose.yaml").read_text())
+    found += [("compose.yaml", s["healthcheck"]["test"][1:]) for s in compose["services"].values() if "healthcheck" in s]
+    for line in (ROOT / "contrib" / "docker" / "Dockerfile").read_text().splitlines():
+        if line.strip().startswith("CMD ["):
+            found.append(("Dockerfile", json.loads(line.strip()[4:])))
+    return found
+
+
+@pytest.mark.parametrize(("where", "argv"), commands(), ids=[w for w, _ in commands()])
+def test_every_command_line_is_one_the_check_accepts(where, argv):
+    assert argv[0] == "check_vllm"
+    args = cli.parser().parse_args(argv[1:])
+    cli._validate(args)
+    assert args.probe in KINDS
+
+
+def test_compose_has_a_restarter_on_unhealthy():
+    compose = yaml.safe_load((ROOT / "contrib" / "docker" / "compose.yaml").read_text())
+    vllm, restarter = compose["services"]["vllm"], compose["services"]["restarter"]
+    assert vllm["healthcheck"]["test"][1:4] == ["check_vllm", "--probe", "liveness"]
+    assert vllm["labels"]["check_vllm.restart"] == "unhealthy"
+    assert "/var/run/docker.sock:/var/run/docker.sock" in restarter["volumes"]
+    script = (ROOT / "contrib" / "docker" / "restart-unhealthy.sh").read_text()
+    assert "--filter event=health_status" in script and '"health_status: unhealthy"' in script
