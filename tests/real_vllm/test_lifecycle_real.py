@@ -32,7 +32,7 @@ def count(counter: Path) -> int:
     return len(counter.read_text().splitlines()) if counter.exists() else 0
 
 
-def test_an_engine_dead_under_a_live_api_server_is_down_and_restarted_once(heavy, vllm_venv, tiny_model, check,
+def test_an_engine_dead_under_a_live_api_server_is_down_and_restarted_once(heavy, vllm_venv, tiny_model, check,  # noqa: F811
                                                                             tmp_path):
     srv = VllmServer(vllm_venv, tiny_model, port=free_port(), log_path=tmp_path / "keepalive.log",
                      extra_env={"VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1"})
@@ -62,7 +62,7 @@ def test_an_engine_dead_under_a_live_api_server_is_down_and_restarted_once(heavy
 
 
 def test_a_server_with_its_port_in_a_config_file_reads_starting_through_an_operators_restart(
-        heavy, vllm_venv, tiny_model, check, tmp_path):
+        heavy, vllm_venv, tiny_model, check, tmp_path):  # noqa: F811
     srv = VllmServer(vllm_venv, tiny_model, port=free_port(), log_path=tmp_path / "config.log",
                      config_file=tmp_path / "vllm.yaml")
     assert "--port" not in srv.command() and "--config" in srv.command()
