@@ -35,7 +35,6 @@ from check_vllm.contract.values import (
     Witness,
 )
 from check_vllm.contract.vocab import (
-    CONFIRM,
     DOWN,
     LOOK_AGAIN,
     NO_METRICS,
@@ -206,25 +205,26 @@ def _without_reading(calls: _Calls, memory: Memory, failure: Failure, settings: 
 
 def _probed(calls: _Calls, verdict: Verdict, got: Reading, settings: Settings, marker: Instant | None,
             sleep: Callable[[float], None], fair: float) -> tuple[Verdict, Reading]:
-    """The idle probe, and the reading an unanswered one needs (CONFIRM)."""
-    from check_vllm.judge.probe import after_probe, probe_failure  # only an idle engine's run gets here
+    """The idle probe, and the reading an unanswered one needs (the judge's CONFIRM), judged once."""
+    from check_vllm.judge.probe import after_probe, needs_reading, probe_failure  # only an idle engine's run
 
     outcome = calls.probe(calls.options.model or got.model)
     failure = probe_failure(outcome)
+    reread: Reading | Failure | None = None
+    if failure is None and needs_reading(outcome):
+        if time.monotonic() + fair >= calls.deadline:  # no fair re-read left: no proof
+            outcome = outcome._replace(kind=CUT_SHORT)
+        else:
+            reread = calls.metrics()
+            failure = reread if isinstance(reread, Failure) else None
     if failure is not None:
-        return _settled(calls, verdict.memory, got, _without_reading(calls, verdict.memory, failure, settings,
-                                                                      marker, sleep), settings)
-    probed = after_probe(verdict, outcome, None, settings, calls.now())
-    if probed.action != CONFIRM:
-        return probed, got
-    if time.monotonic() + fair >= calls.deadline:  # no fair re-read left: no proof
-        return after_probe(verdict, outcome._replace(kind=CUT_SHORT), None, settings, calls.now()), got
-    again = calls.metrics()
-    if isinstance(again, Reading):
-        return after_probe(verdict, outcome, again, settings, calls.now()), again
-    settled, got = _settled(calls, verdict.memory, got, _without_reading(calls, verdict.memory, again, settings,
-                                                                          marker, sleep), settings)
-    return settled._replace(text=f"{settled.text}; the probe failed too: {outcome.detail}"), got
+        settled, got = _settled(calls, verdict.memory, got, _without_reading(calls, verdict.memory, failure,
+                                                                              settings, marker, sleep), settings)
+        failed_too = f"; the probe failed too: {outcome.detail}" if reread is not None else ""
+        return settled._replace(text=settled.text + failed_too), got
+    if isinstance(reread, Reading):
+        got = reread
+    return after_probe(verdict, outcome, reread if isinstance(reread, Reading) else None, settings, calls.now()), got
 
 
 def _settled(calls: _Calls, memory: Memory, got: Reading, seen: Reading | Verdict,

@@ -16,6 +16,7 @@ from check_vllm.contract.values import (
     ANSWERED,
     CUT_SHORT,
     ENGINE_DEAD,
+    NO_ANSWER,
     REFUSED,
     REJECTED,
     Failure,
@@ -52,6 +53,12 @@ def probe_failure(outcome: ProbeOutcome) -> Failure | None:
     return None
 
 
+def needs_reading(outcome: ProbeOutcome) -> bool:
+    """No answer (a time-out, a 5xx) proves nothing by itself: a reading taken now tells a stalled engine from a
+    slow one (after_probe asks for it with CONFIRM when called without one)."""
+    return outcome.kind == NO_ANSWER
+
+
 def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | None, settings: Settings,
                 now: Instant | float) -> Verdict:
     """Finish an idle verdict with the probe's outcome (one probe_failure gives no verdict here).
@@ -76,8 +83,10 @@ def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | None,
         return _amend(verdict, memory, IDLE, WARNING, wording.probe_rejected(outcome.detail), now, outcome)
     if outcome.kind == CUT_SHORT:
         return _amend(verdict, memory, IDLE, WARNING, wording.probe_cut_short(outcome.detail), now, outcome)
-    if reread is None:
+    if reread is None and needs_reading(outcome):
         return verdict._replace(action=CONFIRM)
+    if reread is None:  # refused, or a dead engine: no verdict of the probe's (probe_failure)
+        raise ValueError(f"a {outcome.kind!r} probe is a run without a reading: judge it with judge.silence")
     return _unanswered(verdict, outcome, reread, settings, now)
 
 

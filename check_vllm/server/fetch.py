@@ -229,6 +229,10 @@ def _failed(err: Exception, where: str, endpoint: Endpoint, timeout: float, watc
     if watch.fired:  # the watchdog cut a read that kept being fed
         what = "body still arriving" if watch.answered else "timed out"
         return FetchError("timeout", f"{where} {what} after {timeout:.1f} s")
+    if isinstance(err, httpx.ConnectError) and (_reset(err) or "reset by peer" in str(err).lower()):
+        # a peer that accepted, then reset: the same as a reset before any answer, wherever the client noticed it
+        # (connecting, sending, or reading: a loopback race decides which), never "nothing listens"
+        return FetchError("not http", f"{where}: connection reset at once, no HTTP answer")
     if isinstance(err, httpx.ConnectError):
         return FetchError(*_why_connect_failed(err))
     if isinstance(err, httpx.TooManyRedirects):
@@ -247,6 +251,8 @@ def _failed(err: Exception, where: str, endpoint: Endpoint, timeout: float, watc
         return FetchError("not http", f"{where}: the answer is not HTTP ({clean(detail, 120)})")
     if not watch.answered and (_reset(err) or "reset by peer" in detail.lower()):
         return FetchError("not http", f"{where}: connection reset at once, no HTTP answer")
+    if not watch.answered and isinstance(err, httpx.RemoteProtocolError):  # closed before any answer
+        return FetchError("not http", f"{where}: connection closed at once, no HTTP answer")
     if "refused" in detail.lower():
         return FetchError("down", "connection refused")
     return FetchError("protocol", f"{where}: {clean(detail, 200)}")

@@ -182,7 +182,10 @@ def test_http_to_a_tls_port_is_protocol_not_unresponsive(check, tmp_path):
 def test_a_reset_right_after_the_server_served_gets_a_second_look(check):
     """A listener that closes under a connection it had queued resets it before any answer (a restart:
     CI's monitoring tier saw one). When the run before read the server, the run looks again a second later
-    and is judged from what it finds; a reset again, or one from a server never read, is `protocol`."""
+    and is judged from what it finds; a reset again, or one from a server never read, is `protocol`. The
+    client may notice the reset while connecting, sending or reading, or see the connection closed (a loopback
+    race, f2970e2 failed 10 of 22 runs on it): every one is the same class, so the test counts connections and
+    reads the verdict, never who won the race."""
     import struct
 
     resets = [0]
@@ -209,9 +212,10 @@ def test_a_reset_right_after_the_server_served_gets_a_second_look(check):
             assert (looked.code, looked.word, resets[0]) == (OK, "busy", 0), looked.out
             resets[0] = 2
             twice = check(*args)
-            assert (twice.code, resets[0]) == (UNKNOWN, 0), twice.out
-            assert twice.first == (f"VLLM UNKNOWN - protocol: GET /metrics: connection reset at once, no HTTP "
-                                   f"answer ({srv.url}): {NOT_HTTP} | {NO_READING}"), twice.out
+            assert (twice.code, twice.word, resets[0]) == (UNKNOWN, "protocol", 0), twice.out
+            # reset or closed: which the client notices first is a loopback race; the class is the same
+            assert re.fullmatch(rf"VLLM UNKNOWN - protocol: GET /metrics: connection (reset|closed) at once, no HTTP "
+                                rf"answer \({re.escape(srv.url)}\): .* \| .*", twice.first), twice.out
             resets[0] = 2
             assert (check(*args).word, resets[0]) == ("protocol", 1)  # the run before saw no server: one look
 

@@ -17,7 +17,7 @@ import pytest
 from .server import VllmServer, free_port, group_members
 from .test_check_real import CHECK, FAST, Check, check  # noqa: F401  (the fixture, shared)
 
-pytestmark = pytest.mark.real_vllm_last
+pytestmark = [pytest.mark.real_vllm, pytest.mark.real_vllm_last]
 
 
 def handler(url: str, state_dir: Path, counter: Path, *extra: str) -> subprocess.CompletedProcess:
