@@ -20,6 +20,7 @@ from typing import Any
 
 from check_vllm.contract.numbers import finite
 from check_vllm.contract.vocab import LOCK_TIMEOUT
+from check_vllm.memory import statedir
 from check_vllm.memory.target import canonical_url
 
 FORMAT = "check_vllm-state"
@@ -35,6 +36,10 @@ class StateError(Exception):
 
 class StateBusy(StateError):
     """Another run held the lock for longer than we may wait."""
+
+
+class StateRefused(StateError):
+    """The state directory is not safe to use (statedir.vet): no run may judge or act on what is in it."""
 
 
 def default_dir(env: dict[str, str] | None = None) -> Path:
@@ -111,10 +116,13 @@ class StateFile:
 
     def lock(self) -> None:
         try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            statedir.vet(self.path.parent)
             fd = open_nofollow(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT)
+        except statedir.StateDirRefused as err:
+            raise StateRefused(str(err)) from None
         except OSError as err:
             raise StateError(f"cannot open state lock in {self.path.parent}: {err.strerror}") from None
+        statedir.hand_over(fd, self.path.parent)
         deadline = time.monotonic() + self.lock_timeout
         while True:
             try:
@@ -146,9 +154,9 @@ class StateFile:
             return {}, None
         except (OSError, StateError) as err:
             return {}, f"{what} unreadable ({getattr(err, 'strerror', None) or err})"
-        raw = read_regular(fd)
-        if raw is None:
-            return {}, f"{what} is not a regular file; ignored"
+        raw = read_regular(fd, self.path.parent)
+        if isinstance(raw, str):
+            return {}, f"{what} {raw}; ignored"
         if isinstance(raw, OSError):
             return {}, f"{what} unreadable ({raw.strerror})"
         if len(raw) > MAX_BYTES:
@@ -193,12 +201,17 @@ class StateFile:
             raise StateError(f"cannot write state {self.path}: {err.__class__.__name__}: {str(err)[:80]}") from None
 
 
-def read_regular(fd: int) -> bytes | OSError | None:
-    """Up to MAX_BYTES + 1 bytes of the open file `fd` (closed here), None when it is not a regular file
-    (a directory, a FIFO, a device planted where the file goes), or the OSError reading it raised."""
+def read_regular(fd: int, directory: Path) -> bytes | OSError | str:
+    """Up to MAX_BYTES + 1 bytes of the open file `fd` (closed here), why it is not to be read (not a
+    regular file: a directory, a FIFO, a device planted where the file goes; another user's, planted in
+    `directory`), or the OSError reading it raised."""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "is not a regular file"
+        planted = statedir.foreign(st, directory)
+        if planted:
+            return planted
         with os.fdopen(fd, "rb") as fh:
             fd = -1
             return fh.read(MAX_BYTES + 1)
@@ -281,6 +294,7 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
     _sweep(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
+        statedir.hand_over(fd, path.parent)
         with os.fdopen(fd, "wb") as fh:
             fh.write(body)
             fh.flush()
