@@ -93,6 +93,26 @@ def open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
         raise
 
 
+def open_lock(path: Path) -> int:
+    """The lock file, open for flock. One this user cannot open, another user's (root's, left by a version
+    that did not hand its files to the directory's owner), is replaced: the directory is this user's (vetted),
+    so the name is too. Without this the one root run locks the monitoring user out until a human steps in."""
+    try:
+        return open_nofollow(path, os.O_RDWR | os.O_CREAT)
+    except PermissionError as err:
+        try:
+            theirs = os.geteuid() != 0 and os.lstat(path).st_uid != os.geteuid()
+        except OSError:
+            theirs = False
+        if not theirs:
+            raise err from None
+    os.unlink(path)
+    try:
+        return open_nofollow(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+    except FileExistsError:  # a concurrent run replaced it first: share its lock
+        return open_nofollow(path, os.O_RDWR)
+
+
 class StateFile:
     """Lock, load and save one target's state. Use as a context manager: the lock spans the run."""
 
@@ -117,7 +137,7 @@ class StateFile:
     def lock(self) -> None:
         try:
             statedir.vet(self.path.parent)
-            fd = open_nofollow(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT)
+            fd = open_lock(self.path.with_suffix(".lock"))
         except statedir.StateDirRefused as err:
             raise StateRefused(str(err)) from None
         except OSError as err:

@@ -85,8 +85,12 @@ def test_a_run_as_root_in_the_monitoring_users_directory_leaves_only_that_users_
     assert first.returncode == OK and "state not saved" not in first.stdout, first.stdout
     url = f"http://127.0.0.1:{free_port()}"
     plant_verdict(state, url)  # a stuck verdict the handler acts on: history, marker and output made as root
-    done = restart(state, url, tmp_path / "restarts.txt")
+    logs = base / "log"
+    logs.mkdir(mode=0o750)
+    os.chown(logs, USER, USER)
+    done = restart(state, url, tmp_path / "restarts.txt", "--log", str(logs / "restart.log"))
     assert ": restarted: verdict 'stuck'" in done.stdout, done.stdout
+    assert (logs / "restart.log").stat().st_uid == USER, "the --log made by root stays the user's"
     made = sorted(os.scandir(state), key=lambda e: e.name)
     assert len(made) >= 6, [e.name for e in made]  # state + lock of each target, history + lock, marker, output
     assert [(e.name, e.stat().st_uid, e.stat().st_gid) for e in made if e.stat().st_uid != USER
@@ -99,6 +103,25 @@ def test_a_run_as_root_in_the_monitoring_users_directory_leaves_only_that_users_
     assert status.stdout.startswith("VLLM_RESTART WARNING - held back: ") and "cooldown" in status.stdout, status.stdout
     second = restart(state, url, tmp_path / "restarts.txt", prefix=AS_USER)
     assert "restart refused" in second.stdout and "cooldown" in second.stdout, second.stdout
+
+
+@as_root
+def test_files_root_left_before_the_hand_over_do_not_lock_the_monitoring_user_out(base, sim):
+    """Root-owned 0600 files of an earlier version's root run: the lock is replaced, the state file read as
+    unreadable once and then replaced by the save; the run after is clean."""
+    state = base / "state"
+    state.mkdir(mode=0o750)
+    os.chown(state, USER, USER)
+    store = check_file(state, sim.url, proxy=False)
+    for leftover in (store.path.with_suffix(".lock"), store.path):
+        leftover.write_text("{}")
+        leftover.chmod(0o600)  # root's, as f2970e2 left them
+    first = run(CHECK, "--url", sim.url, "--state-dir", str(state), *FAST, prefix=AS_USER)
+    assert "state not saved" not in first.stdout and "Traceback" not in first.stderr, first.stdout
+    time.sleep(0.4)
+    second = run(CHECK, "--url", sim.url, "--state-dir", str(state), *FAST, prefix=AS_USER)
+    assert second.returncode == OK and ";" not in second.stdout.split(" | ")[0], second.stdout
+    assert {p.stat().st_uid for p in state.iterdir()} == {USER}
 
 
 @pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770])
