@@ -14,10 +14,10 @@ from check_vllm.memory.statefile import (
     file_stem,
     legacy_key,
     open_nofollow,
-    parse_json,
     read_regular,
     target_key,
 )
+from check_vllm.memory.strictjson import parse_json
 
 
 def marker_path(state_dir: Path, url: str, legacy: bool = False) -> Path:
