@@ -5,8 +5,9 @@ The files in it have predictable names (a hash of the URL), and a restart marker
 plants there would be believed. So a directory another user could write to (group or world writable; the
 sticky bit does not help: a name not yet taken can still be made first) or that belongs to another user is
 refused. Root is the one exception: it may use the directory of the monitoring user (the .deb's
-/var/lib/check_vllm is nagios' own, 0750), and everything it makes there is handed to that user, so one
-manual run as root never leaves files the monitoring user cannot open.
+/var/lib/check_vllm is nagios' own, 0750) where only an administrator could have made it (not in /tmp), and
+everything it makes there is handed to that user, so one manual run as root never leaves files the
+monitoring user cannot open.
 """
 
 from __future__ import annotations
@@ -43,11 +44,26 @@ def vet(directory: Path) -> None:
         raise StateDirRefused(
             f"refusing the state directory {directory}: it belongs to {_who(st.st_uid)}, not to {_who(me)}, "
             "who could plant a restart marker or history there; give --state-dir a directory of this user's own")
+    if st.st_uid != me and not _made_by_an_admin(directory):
+        raise StateDirRefused(
+            f"refusing the state directory {directory}: it belongs to {_who(st.st_uid)} and sits in a directory "
+            "others may write to, where anyone could have made it first; as root, use a directory an administrator "
+            "made (like /var/lib/check_vllm) or one of root's own")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         who = "everyone" if st.st_mode & stat.S_IWOTH else "its group"
         raise StateDirRefused(
             f"refusing the state directory {directory}: writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}), "
             f"who could plant a restart marker or history there; chmod go-w it or give --state-dir another one")
+
+
+def _made_by_an_admin(directory: Path) -> bool:
+    """Whether another user's directory could only have been made by root: its parent is root's and no one
+    else may write to it (/var/lib, not /tmp)."""
+    try:
+        parent = os.stat(directory.resolve().parent)
+    except OSError:
+        return False
+    return parent.st_uid == 0 and not parent.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def heir(directory: Path) -> tuple[int, int] | None:

@@ -154,6 +154,20 @@ def test_another_users_state_directory_is_refused(base, sim):
 
 
 @as_root
+def test_root_refuses_another_users_directory_in_a_directory_anyone_may_write(base, sim):
+    """Root may use the monitoring user's directory, but not one a neighbour made first in /tmp."""
+    shared = base / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    state = shared / "check_vllm"
+    state.mkdir(mode=0o700)
+    os.chown(state, NEIGHBOUR, NEIGHBOUR)
+    check = run(CHECK, "--url", sim.url, "--state-dir", str(state), *FAST)
+    assert check.returncode == UNKNOWN and "where anyone could have made it first" in check.stdout, check.stdout
+    assert os.listdir(state) == []
+
+
+@as_root
 def test_a_marker_and_a_history_another_user_planted_are_ignored(tmp_path):
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
