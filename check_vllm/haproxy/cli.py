@@ -48,6 +48,10 @@ def parser() -> argparse.ArgumentParser:
     a = p.add_argument_group("agent")
     a.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                    help="address for HAProxy's agent-port ([::1]:PORT for IPv6; default: %(default)s)")
+    a.add_argument("--allow", action="append", metavar="ADDR[,ADDR]",
+                   help="answer only these peers (addresses or networks, e.g. HAProxy's 10.0.0.2,10.0.1.0/24; "
+                        "repeatable): any other is closed at once, unanswered. Loopback is allowed only if listed. "
+                        "Default: every peer that reaches --listen")
     a.add_argument("--interval", type=number(float, 0.5), default=DEFAULT_INTERVAL, metavar="S",
                    help="seconds between two readings of /metrics; about HAProxy's agent-inter (default: %(default)g)")
     a.add_argument("--timeout", type=number(float, 0.1), default=DEFAULT_TIMEOUT, metavar="S",
@@ -86,7 +90,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     from check_vllm.contract.vocab import Options, Settings
     from check_vllm.server.fetch import Endpoint
 
-    from .listen import AgentServer, parse_listen
+    from .listen import AgentServer, parse_allow, parse_listen
     from .watch import Watch
 
     try:
@@ -94,6 +98,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         check_url(args.url)
         address = parse_listen(args.listen, int(DEFAULT_LISTEN.rsplit(":", 1)[1]))
         api_key = read_api_key(args.api_key_file)
+        allow = [net for text in args.allow or () for net in parse_allow(text)]
     except (UsageError, ValueError) as err:
         _fail(2, f"usage: {err} (see --help)")
     endpoint = Endpoint(args.url, api_key=api_key, connect_timeout=min(args.timeout, 5.0))
@@ -104,7 +109,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
                       metrics_timeout=args.timeout, reread=False, pid_file=args.pid_file, pid_command=args.pid_command)
     watch = Watch(endpoint, settings, options, args.interval, args.probe_every, say=say)
     try:
-        server = AgentServer(address, lambda: watch.answer().line())
+        server = AgentServer(address, lambda: watch.answer().line(), allow)
     except OSError as err:
         _fail(1, f"cannot listen on {args.listen}: {err.strerror or err}")
     stop = threading.Event()
@@ -113,7 +118,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
     watch.judge_safely()  # the first verdict before the first connection: no "no verdict yet" drain at start
     threading.Thread(target=watch.run, args=(stop, True), name="judge", daemon=True).start()
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="listen", daemon=True).start()
-    say(f"listening on {args.listen} for {endpoint.shown}, a reading every {args.interval:g} s")
+    peers = ", ".join(map(str, allow)) if allow else "any peer that reaches it (no --allow)"
+    say(f"listening on {args.listen} for {endpoint.shown}, a reading every {args.interval:g} s; answering {peers}")
     while not stop.wait(3600):
         pass
     server.shutdown()

@@ -14,10 +14,10 @@ from check_vllm.memory.statefile import (
     file_stem,
     legacy_key,
     open_nofollow,
-    parse_json,
     read_regular,
     target_key,
 )
+from check_vllm.memory.strictjson import parse_json
 
 
 def marker_path(state_dir: Path, url: str, legacy: bool = False) -> Path:
@@ -45,9 +45,9 @@ def load_marker(path: Path, now: Instant) -> tuple[Instant | None, str | None]:
         return None, None
     except (OSError, StateError) as err:
         return None, f"restart marker unreadable ({getattr(err, 'strerror', None) or err}); ignored"
-    raw = read_regular(fd)
-    if raw is None:
-        return None, "restart marker is not a regular file; ignored"
+    raw = read_regular(fd, path.parent)
+    if isinstance(raw, str):
+        return None, f"restart marker {raw}; ignored"
     if isinstance(raw, OSError):
         return None, f"restart marker unreadable ({raw.strerror}); ignored"
     doc = parse_json(raw) if len(raw) <= MAX_BYTES else None

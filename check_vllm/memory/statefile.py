@@ -18,15 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from check_vllm.contract.numbers import finite
 from check_vllm.contract.vocab import LOCK_TIMEOUT
+from check_vllm.memory import statedir
+from check_vllm.memory.strictjson import parse_json
 from check_vllm.memory.target import canonical_url
 
 FORMAT = "check_vllm-state"
 VERSION = 1
 MAX_BYTES = 1 << 20  # a state file is a few KB; anything bigger is not ours
-#: Nesting deeper than this is not a file we wrote (ours go 5 levels deep); deeper would only risk recursion.
-MAX_DEPTH = 32
 
 
 class StateError(Exception):
@@ -35,6 +34,10 @@ class StateError(Exception):
 
 class StateBusy(StateError):
     """Another run held the lock for longer than we may wait."""
+
+
+class StateRefused(StateError):
+    """The state directory is not safe to use (statedir.vet): no run may judge or act on what is in it."""
 
 
 def default_dir(env: dict[str, str] | None = None) -> Path:
@@ -88,6 +91,26 @@ def open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
         raise
 
 
+def open_lock(path: Path) -> int:
+    """The lock file, open for flock. One this user cannot open, another user's (root's, left by a version
+    that did not hand its files to the directory's owner), is replaced: the directory is this user's (vetted),
+    so the name is too. Without this the one root run locks the monitoring user out until a human steps in."""
+    try:
+        return open_nofollow(path, os.O_RDWR | os.O_CREAT)
+    except PermissionError as err:
+        try:
+            theirs = os.geteuid() != 0 and os.lstat(path).st_uid != os.geteuid()
+        except OSError:
+            theirs = False
+        if not theirs:
+            raise err from None
+    os.unlink(path)
+    try:
+        return open_nofollow(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+    except FileExistsError:  # a concurrent run replaced it first: share its lock
+        return open_nofollow(path, os.O_RDWR)
+
+
 class StateFile:
     """Lock, load and save one target's state. Use as a context manager: the lock spans the run."""
 
@@ -111,10 +134,13 @@ class StateFile:
 
     def lock(self) -> None:
         try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = open_nofollow(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT)
+            statedir.vet(self.path.parent)
+            fd = open_lock(self.path.with_suffix(".lock"))
+        except statedir.StateDirRefused as err:
+            raise StateRefused(str(err)) from None
         except OSError as err:
             raise StateError(f"cannot open state lock in {self.path.parent}: {err.strerror}") from None
+        statedir.hand_over(fd, self.path.parent)
         deadline = time.monotonic() + self.lock_timeout
         while True:
             try:
@@ -146,9 +172,9 @@ class StateFile:
             return {}, None
         except (OSError, StateError) as err:
             return {}, f"{what} unreadable ({getattr(err, 'strerror', None) or err})"
-        raw = read_regular(fd)
-        if raw is None:
-            return {}, f"{what} is not a regular file; ignored"
+        raw = read_regular(fd, self.path.parent)
+        if isinstance(raw, str):
+            return {}, f"{what} {raw}; ignored"
         if isinstance(raw, OSError):
             return {}, f"{what} unreadable ({raw.strerror})"
         if len(raw) > MAX_BYTES:
@@ -193,12 +219,17 @@ class StateFile:
             raise StateError(f"cannot write state {self.path}: {err.__class__.__name__}: {str(err)[:80]}") from None
 
 
-def read_regular(fd: int) -> bytes | OSError | None:
-    """Up to MAX_BYTES + 1 bytes of the open file `fd` (closed here), None when it is not a regular file
-    (a directory, a FIFO, a device planted where the file goes), or the OSError reading it raised."""
+def read_regular(fd: int, directory: Path) -> bytes | OSError | str:
+    """Up to MAX_BYTES + 1 bytes of the open file `fd` (closed here), why it is not to be read (not a
+    regular file: a directory, a FIFO, a device planted where the file goes; another user's, planted in
+    `directory`), or the OSError reading it raised."""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "is not a regular file"
+        planted = statedir.foreign(st, directory)
+        if planted:
+            return planted
         with os.fdopen(fd, "rb") as fh:
             fd = -1
             return fh.read(MAX_BYTES + 1)
@@ -207,47 +238,6 @@ def read_regular(fd: int) -> bytes | OSError | None:
     finally:
         if fd >= 0:
             os.close(fd)
-
-
-def _not_json_number(text: str) -> Any:
-    raise ValueError(f"{text} is not JSON")
-
-
-def _bounded_int(text: str) -> int:
-    if len(text) > 30:  # ours are within numbers.LARGEST; a longer one would overflow float()
-        raise ValueError("integer too long")
-    return int(text)
-
-
-def _finite_float(text: str) -> float:
-    value = finite(float(text))  # 1e999 parses as inf
-    if value is None:
-        raise ValueError(f"{text[:20]} is not a number we could have written")
-    return value
-
-
-def _shallow(doc: Any, limit: int = MAX_DEPTH) -> bool:
-    """Nested no deeper than `limit` (walked without recursion)."""
-    todo: list[tuple[Any, int]] = [(doc, 1)]
-    while todo:
-        value, depth = todo.pop()
-        if isinstance(value, (dict, list)):
-            if depth > limit:
-                return False
-            todo.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
-    return True
-
-
-def parse_json(raw: bytes) -> Any:
-    """A document we could have written, or None: strict JSON (no NaN/Infinity, no number that only
-    parses to infinity), UTF-8, nested no deeper than MAX_DEPTH. Whatever the bytes, this never raises:
-    what json.loads accepts but the writer (allow_nan=False) would refuse must not get past here."""
-    try:
-        doc = json.loads(raw.decode("utf-8"), parse_constant=_not_json_number,
-                         parse_float=_finite_float, parse_int=_bounded_int)
-    except (UnicodeDecodeError, ValueError, RecursionError, MemoryError):
-        return None
-    return doc if _shallow(doc) else None
 
 
 #: A temp file of write_json older than this was left by a save that was killed (a save takes milliseconds).
@@ -281,6 +271,7 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
     _sweep(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
+        statedir.hand_over(fd, path.parent)
         with os.fdopen(fd, "wb") as fh:
             fh.write(body)
             fh.flush()

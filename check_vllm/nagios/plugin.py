@@ -15,7 +15,7 @@ from check_vllm.contract.values import Verdict
 from check_vllm.contract.vocab import CRITICAL, LOCK_TIMEOUT, OK, PERFDATA, UNKNOWN, WARNING, Options, Settings
 from check_vllm.memory import codec as memory
 from check_vllm.memory.marker import load_marker, marker_path
-from check_vllm.memory.statefile import StateBusy, StateError, check_file
+from check_vllm.memory.statefile import StateBusy, StateError, StateRefused, check_file
 from check_vllm.nagios import statusline
 from check_vllm.observe import observe
 from check_vllm.server import clock
@@ -71,7 +71,7 @@ class Server(nagiosplugin.Resource):
         unsaved = ""
         try:
             store.lock()
-        except StateBusy as err:
+        except (StateBusy, StateRefused) as err:  # refused: what is in it may be another user's, judge nothing
             raise nagiosplugin.CheckError(str(err)) from None
         except StateError as err:  # no lock can be made there: judge this run alone, and say so
             unsaved = _blind(str(err))

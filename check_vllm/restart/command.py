@@ -15,6 +15,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from check_vllm.memory import statedir
+
 #: Bytes read back from the end of the output for the last line the log quotes.
 TAIL_BYTES = 8192
 
@@ -26,7 +28,9 @@ def _fresh(path: Path) -> int:
         os.unlink(path)
     except FileNotFoundError:
         pass
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    statedir.hand_over(fd, path.parent)
+    return fd
 
 
 def _last_line(path: Path, size: int) -> str:

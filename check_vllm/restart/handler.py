@@ -27,11 +27,13 @@ from check_vllm.contract.safe_text import without_userinfo
 from check_vllm.contract.values import Instant, Remembered
 from check_vllm.contract.vocab import Options, Settings
 from check_vllm.memory import codec as memory
+from check_vllm.memory import statedir
 from check_vllm.memory.marker import marker_json, marker_path, read_marker
 from check_vllm.memory.statefile import (
     StateBusy,
     StateError,
     StateFile,
+    StateRefused,
     check_file,
     default_dir,
     write_json,
@@ -74,6 +76,7 @@ class Logger:
         if self.log_file:
             try:
                 fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+                statedir.hand_over(fd, Path(self.log_file).parent)  # root's manual run: still the user's log
                 with os.fdopen(fd, "a", encoding="utf-8") as fh:
                     fh.write(line + "\n")
             except OSError as err:
@@ -96,6 +99,9 @@ def handle(args: argparse.Namespace, event: Event, command: list[str], log: Logg
         log("no restart", f"another {PROG} call holds the restart lock for this server "
                           f"(waited {args.lock_timeout:g} s)", event)
         return 0
+    except StateRefused as err:  # another user could have written what it would decide on
+        log("no restart", f"{err}; not restarting on files it cannot trust", event)
+        return 1
     except StateError as err:  # not a concurrent call: a directory it cannot write, which needs a human
         log("no restart", f"cannot write the state directory {state_dir} ({err}); "
                           "not restarting without a record", event)

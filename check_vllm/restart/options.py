@@ -36,8 +36,9 @@ def parser() -> argparse.ArgumentParser:
                                                         "with --status, the main service's (a restart waits for "
                                                         "HARD; empty or unset: HARD)")
     e.add_argument("--attempt", type=number(int, 1), metavar="N", help="$service.check_attempt$ / $SERVICEATTEMPT$ (logged)")
-    e.add_argument("--service-downtime", type=_depth, default=0, metavar="N",
-                   help="$service.downtime_depth$ / $SERVICEDOWNTIME$: above 0, no restart")
+    e.add_argument("--service-downtime", type=_depth, action="append", metavar="N",
+                   help="$service.downtime_depth$ / $SERVICEDOWNTIME$: above 0, no restart; give it twice for the "
+                        "restart service (its own and the main service's, $SERVICEDOWNTIME::vllm$): either holds")
     e.add_argument("--host-downtime", type=_depth, default=0, metavar="N",
                    help="$host.downtime_depth$ / $HOSTDOWNTIME$: above 0, no restart")
     e.add_argument("--acknowledged", type=_depth, default=0, metavar="N",
@@ -99,7 +100,8 @@ def _state_type(text: str) -> str:
 
 
 def _event(args: argparse.Namespace, state: str, state_type: str) -> Event:
-    return Event(state, state_type, args.attempt, args.service_downtime, args.host_downtime, args.acknowledged > 0)
+    return Event(state, state_type, args.attempt, sum(args.service_downtime or ()), args.host_downtime,
+                 args.acknowledged > 0)
 
 
 def _depth(text: str) -> int:

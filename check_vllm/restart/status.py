@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from check_vllm.contract.vocab import CODE_NAMES, CRITICAL, OK, UNKNOWN, WARNING
-from check_vllm.memory.statefile import StateBusy, StateError, default_dir
+from check_vllm.memory.statefile import StateBusy, StateError, StateRefused, default_dir
 from check_vllm.nagios import statusline
 from check_vllm.restart.history import history_file
 from check_vllm.restart.policy import Event, screen
@@ -40,6 +40,8 @@ def report(args: argparse.Namespace, event: Event, weigh: Any, clock: Any = cloc
         history.lock()
     except StateBusy:
         return _say(OK, "a restart decision is being made right now")
+    except StateRefused as err:
+        return _say(UNKNOWN, str(err))
     except StateError as err:
         return _say(UNKNOWN, f"cannot read the restart history: {err}")
     try:

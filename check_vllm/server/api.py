@@ -115,7 +115,8 @@ def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float) -
 
 
 def first_model(client: httpx.Client, endpoint: Endpoint, timeout: float) -> str | None:
-    """The first model id /v1/models lists. Raises FetchError when the endpoint does not answer."""
+    """The first model id /v1/models lists, as listed (the probe asks for it: a cut or folded id is a 404;
+    whoever shows it cleans it). Raises FetchError when the endpoint does not answer."""
     resp = request(client, endpoint, "GET", "/v1/models", timeout, auth=True)
     if resp.status != 200:
         raise FetchError("status", f"/v1/models answered HTTP {resp.status}", resp.status)
@@ -124,7 +125,7 @@ def first_model(client: httpx.Client, endpoint: Endpoint, timeout: float) -> str
         model = doc["data"][0]["id"]
     except (TypeError, KeyError, IndexError):
         raise FetchError("no models", "/v1/models did not list any model") from None
-    return clean(str(model), 200) if isinstance(model, (str, int)) else None
+    return str(model) if isinstance(model, (str, int)) and not isinstance(model, bool) else None
 
 
 def liveness(client: httpx.Client, endpoint: Endpoint, kind: str, detail: str, timeout: float) -> Failure:

@@ -73,7 +73,7 @@ def _collect(samples: list[Sample]) -> _Collected:
             process_start = value
             continue
         engine = clean(labels.get("engine", ""), 40)
-        model = model or clean(labels.get("model_name", ""), 200) or None
+        model = model or labels.get("model_name") or None  # protocol data: the probe asks for it as it is
         if value is None:
             continue
         if name in _CREATED:

@@ -123,6 +123,18 @@ def test_a_downtime_or_an_acknowledgement_holds_a_restart_back(target, flags, wh
     assert ": restarted: verdict 'stuck'" in unset.stdout and restarts(tmp) == 1, unset.stdout
 
 
+def test_the_main_services_downtime_given_beside_the_own_one_holds_a_restart_back(target):
+    """Nagios' restart service passes its own depth and the main service's ($SERVICEDOWNTIME::vllm$): either
+    above 0 holds; an on-demand macro that found no service is empty."""
+    url, tmp = target
+    plant(tmp, url, "stuck")
+    out = handler(tmp, url, "--service-downtime=1", "--service-downtime=0")
+    assert "restart refused: CRITICAL HARD, but the service is in a scheduled downtime" in out.stdout, out.stdout
+    assert restarts(tmp) == 0
+    out = handler(tmp, url, "--service-downtime=0", "--service-downtime=")
+    assert ": restarted: verdict 'stuck'" in out.stdout and restarts(tmp) == 1, out.stdout
+
+
 def test_screen_is_pure_and_names_the_hold():
     assert screen(Event("CRITICAL", "HARD", 3, service_downtime=1)).kind == "refuse"
     assert screen(Event("CRITICAL", "HARD", 3, acknowledged=True)).kind == "refuse"

@@ -269,7 +269,7 @@ def test_a_frozen_server_is_not_called_busy_from_a_baseline_that_cannot_be_repla
 def test_a_full_state_file_system_is_said_and_judged_alone(check, tmp_path, busy):
     state = tmp_path / "state"
     state.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(state)],
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k,mode=0700", "tmpfs", str(state)],
                                            capture_output=True).returncode:
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     try:

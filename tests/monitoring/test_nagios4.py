@@ -38,18 +38,21 @@ from .harness import (
 pytestmark = pytest.mark.monitoring
 
 HOST = "vllm-host"
+#: A host named as in the shipped example: its services are called "vllm" and "vllm-restart", the names the
+#: restart service's on-demand macros ($SERVICESTATETYPE::vllm$, $SERVICEDOWNTIME::vllm$) look up.
+GPU = "gpu-01"
 CHECK_ARGS = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in FAST_CHECK.items())
 
 
 def service(name: str, url: str, state_dir: Path, restart: list[str], cooldown: float, max_per_hour: int,
-            log: Path, template: str = "vllm-service", args: str = "", attempts: int = 3) -> str:
+            log: Path, template: str = "vllm-service", args: str = "", attempts: int = 3, host: str = HOST) -> str:
     main = template == "vllm-service"  # the restart service keeps its template's command and one attempt
     lines = (f"check_command                   check_vllm!{CHECK_ARGS}{args}\n    retry_interval                  1\n"
              f"    max_check_attempts              {attempts}") if main else "notes                           restart service"
     return f"""
 define service {{
     use                             {template}
-    host_name                       {HOST}
+    host_name                       {host}
     service_description             {name}
     {lines}
     check_interval                  1
@@ -102,6 +105,16 @@ define contactgroup {{
 }}
 define host {{
     host_name               {HOST}
+    address                 127.0.0.1
+    check_command           check-true
+    max_check_attempts      1
+    check_interval          300
+    check_period            24x7
+    notification_period     24x7
+    contact_groups          admins
+}}
+define host {{
+    host_name               {GPU}
     address                 127.0.0.1
     check_command           check-true
     max_check_attempts      1
@@ -194,26 +207,29 @@ service_check_timeout=30
             out[fields.get("service_description", "")] = fields
         return out
 
-    def alerts(self, name: str) -> list[tuple[str, str, str]]:
+    def alerts(self, name: str, host: str = HOST) -> list[tuple[str, str, str]]:
         """(state, state type, output) of every SERVICE ALERT of a service, in order."""
         rows = []
         for line in self.log.read_text(errors="replace").splitlines():
-            m = re.search(rf"SERVICE ALERT: {HOST};{re.escape(name)};(\w+);(\w+);\d+;(.*)$", line)
+            m = re.search(rf"SERVICE ALERT: {host};{re.escape(name)};(\w+);(\w+);\d+;(.*)$", line)
             if m:
                 rows.append(m.groups())
         return rows
 
-    def handler_calls(self, name: str) -> list[str]:
+    def handler_calls(self, name: str, host: str = HOST) -> list[str]:
         return [ln for ln in self.log.read_text(errors="replace").splitlines()
-                if f"SERVICE EVENT HANDLER: {HOST};{name};" in ln]
+                if f"SERVICE EVENT HANDLER: {host};{name};" in ln]
 
-    def force_check(self, name: str) -> None:
+    def command(self, line: str) -> None:
+        """One external command through the command file, stamped now."""
         fd = os.open(self.cmd, os.O_WRONLY | os.O_NONBLOCK)
         try:
-            now = int(time.time())
-            os.write(fd, f"[{now}] SCHEDULE_FORCED_SVC_CHECK;{HOST};{name};{now}\n".encode())
+            os.write(fd, f"[{int(time.time())}] {line}\n".encode())
         finally:
             os.close(fd)
+
+    def force_check(self, name: str) -> None:
+        self.command(f"SCHEDULE_FORCED_SVC_CHECK;{HOST};{name};{int(time.time())}")
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -242,14 +258,14 @@ class Scenario:
         self.cooldown, self.max_per_hour = cooldown, max_per_hour
         self.log = self.dir / "handler.log"
 
-    def services(self, *names: str, args: str = "", attempts: int = 3) -> str:
+    def services(self, *names: str, args: str = "", attempts: int = 3, host: str = HOST) -> str:
         return "".join(service(n, self.url, self.state_dir, self.restart, self.cooldown, self.max_per_hour,
-                               self.log, args=args, attempts=attempts) for n in names)
+                               self.log, args=args, attempts=attempts, host=host) for n in names)
 
-    def restart_service(self, name: str) -> str:
+    def restart_service(self, name: str, host: str = HOST) -> str:
         """The shipped vllm-restart-service template beside the main service, with the same variables."""
         return service(name, self.url, self.state_dir, self.restart, self.cooldown, self.max_per_hour, self.log,
-                       template="vllm-restart-service")
+                       template="vllm-restart-service", host=host)
 
     def handler_lines(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
@@ -266,12 +282,14 @@ def nagios(tmp_path_factory):
         "stuck": Scenario(root, "stuck", "stuck", "revive", cooldown=20),
         "dead": Scenario(root, "dead", None, "noop", cooldown=1, max_per_hour=2),
         "masked": Scenario(root, "masked", "stuck", "revive", cooldown=30),
+        "downtime": Scenario(root, "downtime", "busy", "revive", cooldown=1),
     }
     # "masked" is HARD CRITICAL on its first (threshold) result, so the proof of stuck always comes after its
     # HARD state; with 3 attempts the two raced (CI, 08:07: HARD and stuck in the same check, the main's call won)
     services = (sc["busy"].services("busy") + sc["stuck"].services("stuck", "stuck-twin") + sc["dead"].services("dead")
                 + sc["masked"].services("masked", args=" --waiting-critical 0", attempts=1)
-                + sc["masked"].restart_service("masked-restart"))
+                + sc["masked"].restart_service("masked-restart")
+                + sc["downtime"].services("vllm", host=GPU) + sc["downtime"].restart_service("vllm-restart", host=GPU))
     ng = Nagios4(root, plugins, services)
     yield from serve(ng, sc, root, "nagios4 -v", t0, TIMINGS)
 
@@ -280,7 +298,7 @@ def test_nagios4_validates_the_shipped_definitions(nagios):
     out = nagios.validated
     assert "Total Warnings: 0" in out and "Total Errors:   0" in out, out[-2000:]
     # check_vllm, check_vllm_restart, check_vllm_restart_status (the restart service) and the test's own two
-    assert "Checked 6 services." in out and "Checked 5 commands." in out, out[-2000:]
+    assert "Checked 8 services." in out and "Checked 5 commands." in out, out[-2000:]
 
 
 def runs_for(ng: Nagios4, url: str) -> int:
@@ -361,3 +379,35 @@ def test_a_server_that_freezes_under_a_critical_threshold_is_restarted_by_the_re
     assert "stuck" not in words[:1] and main[0][0] == "CRITICAL", main  # CRITICAL for the threshold first
     handled = nagios.handler_calls("masked-restart")
     assert any(";CRITICAL;HARD;" in ln for ln in handled), handled
+
+
+def test_a_downtime_on_the_main_service_holds_the_restart_service_back(nagios):
+    """The shipped names: "vllm" and "vllm-restart" on one host. A downtime scheduled on "vllm" (the external
+    command file, as an operator's web UI does) reaches the restart service through $SERVICEDOWNTIME::vllm$:
+    it says "held back" and its handler never restarts, although "vllm" freezes and goes HARD CRITICAL stuck.
+    With $SERVICEDOWNTIME$ alone it read its own depth, 0: CRITICAL "due", and its handler restarted."""
+    s = nagios.scenarios["downtime"]
+    now = int(time.time())
+    nagios.command(f"SCHEDULE_SVC_DOWNTIME;{GPU};vllm;{now - 5};{now + 3600};1;0;3600;tester;maintenance")
+    wait_for("the downtime on vllm", lambda: nagios.services().get("vllm", {}).get("scheduled_downtime_depth") == "1",
+             30, diag=nagios.diag)
+    s.sim.post("/_sim/scenario", {"scenario": "stuck"})
+    with Timer("nagios4 downtime holds the restart service"):
+        wait_for("vllm HARD CRITICAL stuck in its downtime",
+                 lambda: any(a[:2] == ("CRITICAL", "HARD") and " - stuck" in a[2] for a in nagios.alerts("vllm", GPU)),
+                 90, diag=nagios.diag)
+
+        def held():
+            st = nagios.services().get("vllm-restart", {})
+            return "held back" in st.get("plugin_output", "") and "downtime" in st.get("plugin_output", "")
+        wait_for("the restart service to say held back", held, 30,
+                 diag=lambda: f"{nagios.services().get('vllm-restart')}\n{nagios.diag()}")
+        time.sleep(5)  # room for a restart that must not come
+    lines = s.handler_lines()
+    assert count_lines(s.counter) == 0, "\n".join(lines)
+    assert not any(": restarted:" in ln for ln in lines), "\n".join(lines)
+    assert any("restart refused: CRITICAL HARD, but the service is in a scheduled downtime" in ln for ln in lines), \
+        "\n".join(lines)
+    said = [o for _, _, o in nagios.alerts("vllm-restart", GPU)]
+    assert not any(" CRITICAL - due" in o for o in said), said
+    assert nagios.services()["vllm-restart"]["current_state"] == "1", nagios.services()["vllm-restart"]

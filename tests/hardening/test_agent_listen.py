@@ -1,0 +1,100 @@
+"""check_vllm_agent's TCP side against hostile peers (issue 30, class 5): a peer that trickles bytes holds
+nothing for long, and with --allow a peer from another address is closed at once, unanswered."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sysconfig
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from check_vllm.haproxy import listen
+from check_vllm.haproxy.listen import AgentServer, allowed, parse_allow
+
+LINE = "up ready 100% #idle: test\n"
+AGENT = str(Path(sysconfig.get_path("scripts")) / "check_vllm_agent")
+
+
+@pytest.fixture
+def agent(request) -> Iterator[AgentServer]:
+    server = AgentServer(("127.0.0.1", 0), lambda: LINE, getattr(request, "param", ()))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def ask(port: int, source: str = "127.0.0.1", timeout: float = 5.0) -> tuple[bytes, float]:
+    """What the agent says to one connection from `source`, and how long it took to close."""
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0)) as s:
+        got = b""
+        try:
+            while chunk := s.recv(4096):
+                got += chunk
+        except ConnectionResetError:
+            pass
+    return got, time.monotonic() - t0
+
+
+def trickle(port: int, stop: threading.Event, closed: list[float]) -> None:
+    """A peer that never closes and sends a byte every 0.3 s, whatever it is told: each recv of the agent
+    gets data in time. It notes when the agent has closed the connection (a send is reset)."""
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        while not stop.wait(0.3):
+            try:
+                s.sendall(b"x")
+            except OSError:
+                closed.append(time.monotonic() - t0)
+                return
+
+
+def test_tricklers_hold_no_slot_past_the_deadline_and_a_real_peer_is_answered(agent: AgentServer):
+    port = agent.server_address[1]
+    stop, closed = threading.Event(), []
+    peers = [threading.Thread(target=trickle, args=(port, stop, closed), daemon=True)
+             for _ in range(listen.MAX_CLIENTS + 8)]
+    try:
+        for p in peers:
+            p.start()
+        time.sleep(0.5)  # every slot taken, if a trickler could take one for good
+        got, took = ask(port)
+        assert got == LINE.encode() and took < listen.DEADLINE + 0.5, (got, took)
+        time.sleep(listen.DEADLINE + 1.5)
+        assert len(closed) == len(peers), f"{len(peers) - len(closed)} trickling peers still connected"
+        assert max(closed) < listen.DEADLINE + 1.5, closed
+    finally:
+        stop.set()
+        for p in peers:
+            p.join(5)
+
+
+@pytest.mark.parametrize("agent", [parse_allow("127.0.0.1")], indirect=True)
+def test_a_peer_outside_the_allow_list_is_closed_unanswered(agent: AgentServer):
+    port = agent.server_address[1]
+    got, took = ask(port, source="127.0.0.2")
+    assert got == b"" and took < 0.5, (got, took)
+    assert ask(port)[0] == LINE.encode()
+
+
+def test_allow_list_rules():
+    nets = parse_allow("10.0.0.5, 10.0.1.0/24,::1")
+    assert allowed("10.0.0.5", nets) and allowed("10.0.1.77", nets) and allowed("::1", nets)
+    assert allowed("::ffff:10.0.1.9", nets)  # an IPv4 peer of a dual-stack listener
+    assert not allowed("127.0.0.1", nets) and not allowed("10.0.0.6", nets) and not allowed("garbage", nets)
+    for bad in ("", "10.0.0.300", "host.example"):
+        with pytest.raises(ValueError):
+            parse_allow(bad)
+
+
+def test_a_bad_allow_is_a_usage_error():
+    done = subprocess.run([AGENT, "--allow", "10.0.0.300", "--listen", "127.0.0.1:1"], capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 2 and "--allow '10.0.0.300': not an IP address" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
