@@ -121,12 +121,24 @@ def tested(entry: dict | None, tier: str) -> str:
     return text
 
 
+#: Releases read from their wheels' source (metric definitions, /health, the engine-dead answer), newest first.
+FROM_SOURCE = (
+    ("0.34", "the families the check reads unchanged; new `vllm:request_render_duration_seconds`; /checkpoint/* "
+             "(with --enable-sleep-mode); a dead engine answers 500 \"The server had an error while processing your "
+             "request.\": told by GET /health 503"),
+    ("0.33", "the families the check reads unchanged; new `vllm:kv_offload_*`, `vllm:mooncake_*`, "
+             "`vllm:umbp_transfer_*_total`; a dead engine's 500 no longer names it: told by GET /health 503"),
+)
+
+
 def render_block() -> str:
     matrix = json.loads(MATRIX.read_text()) if MATRIX.exists() else {}
     base = base_release()
     dirs = {base: REAL, **{d.name: d for d in REAL.iterdir() if d.is_dir() and RELEASE_DIR.fullmatch(d.name)}}
     base_families = families((REAL / "idle.txt").read_text())
-    rows = []
+    rows = [f"| {version} | from source, not run (no CPU build installs here) | `vllm:kv_cache_usage_perc` | "
+            f"`engine` \"0\" | `vllm:engine_sleep_state` | yes / yes | process start time changed | {note} |"
+            for version, note in FROM_SOURCE]
     for rel in sorted(dirs, key=_key, reverse=True):
         d = dirs[rel]
         idle = (d / "idle.txt").read_text()

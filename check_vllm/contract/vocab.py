@@ -62,7 +62,7 @@ VERDICTS = (
     Word(DOWN, (CRITICAL,), True, "connection refused: nothing listens at the URL; or not serving --start-grace "
                                   "after its process started; or refusing --stop-grace after it served; or a crash "
                                   "loop (processes starting in turn, none serving); or its API server says the "
-                                  "engine died"),
+                                  "engine died (an error naming it, or GET /health 503)"),
     Word(UNRESPONSIVE, (WARNING, CRITICAL), True, "/metrics timed out or answered 5xx; CRITICAL once it lasts as "
                                                   "long as stuck needs"),
     Word(NO_METRICS, (WARNING, CRITICAL), False, "no usable /metrics; /v1/models answers, even 4xx (CRITICAL if "
@@ -73,7 +73,8 @@ VERDICTS = (
                                       "(whoever started it)"),
     Word(STOPPING, (WARNING,), False, "connection refused, but its process served and still lives, or has "
                                       "just exited (for one more look) with no other started yet: a graceful "
-                                      "stop (a restart, a deploy); down after --stop-grace"),
+                                      "stop (a restart, a deploy); down after --stop-grace; or nothing listens "
+                                      "and no process right after it served: looking again"),
     Word(UNREACHABLE, (UNKNOWN,), False, "DNS lookup or TLS handshake failed: the monitoring side cannot reach it "
                                          "(resolver, CA bundle, certificate, scheme); never restarted"),
     Word(BALANCER, (WARNING,), False, "/metrics comes from more than one server process in turn: the URL is a "
