@@ -48,6 +48,7 @@ from check_vllm.contract.vocab import (
 )
 from check_vllm.judge.assess import assess
 from check_vllm.judge.proof import elapsed, instant
+from check_vllm.judge.quiet import asks_server, on_purpose
 from check_vllm.server import api, clock
 from check_vllm.server.fetch import Endpoint, FetchError
 
@@ -267,7 +268,17 @@ def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: Instant
 
     if verdict.action == PROBE and options.probe and may_probe():
         verdict, got = _probed(calls, verdict, got, settings, marker, sleep, fair)
-    return Observation(verdict, got)
+    return Observation(_explained(calls, verdict, got, settings), got)
+
+
+def _explained(calls: _Calls, verdict: Verdict, got: Reading, settings: Settings) -> Verdict:
+    """A stall its server may explain (paused on purpose, work deferred on a KV transfer): GET /is_paused is
+    asked on this path only, and only where the judge says it may tell."""
+    said = None
+    if asks_server(verdict, got):
+        calls.doing("GET /is_paused")
+        said = api.is_paused(calls.client, calls.endpoint, calls.left(None))
+    return on_purpose(verdict, got, said, settings, calls.now())
 
 
 def own_look(url: str, memory: Memory, settings: Settings, options: Options, marker: Instant | None,

@@ -45,6 +45,7 @@ _KNOWN_ROUTES: Final[Mapping[str, str]] = MappingProxyType({
     "/metrics": "GET",
     _RESTRICTABLE: "GET",
     "/health": "GET",
+    "/is_paused": "GET",
     "/v1/models": "GET",
     "/v1/completions": "POST",
     "/v1/chat/completions": "POST",
@@ -213,6 +214,11 @@ class Handler(BaseHTTPRequestHandler):
             self._metrics(mounted=True, names=parse_qs(target.query).get("name[]"))
         elif path == "/health":  # vLLM's answer: 200 or, for a dead engine, 503, both with an empty body
             self._send(503 if self._proc.entry().engine_dead else 200, b"", "application/json", handler=path)
+        elif path == "/is_paused":  # vLLM's dev-mode route: 404 unless the scenario is a pause
+            if self._proc.entry().paused:
+                self._send_json(200, {"is_paused": True}, handler=path)
+            else:
+                self._send_json(404, {"detail": "Not Found"}, handler="none")
         elif path == "/v1/models":
             self._send_json(200, openai_api.models_payload(sim.model, sim.process_start_time), handler=path)
         else:

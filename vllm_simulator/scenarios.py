@@ -56,6 +56,9 @@ class Scenario:
     #: The engine died under a live API server (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1): GET /health answers 503
     #: (empty) and a completion 500 in vLLM 0.33's words, while /metrics still answers.
     engine_dead: bool = False
+    #: Paused on purpose (POST /pause?mode=keep of an RL trainer, VLLM_SERVER_DEV_MODE=1): GET /is_paused says
+    #: true; in every other scenario /is_paused is 404, as on a server without dev mode.
+    paused: bool = False
 
     def __post_init__(self) -> None:
         if not self.modes:
@@ -93,6 +96,8 @@ TABLE: Final[tuple[Scenario, ...]] = (
     Scenario("sleeping", "vLLM sleep mode", (_M.SLEEPING,)),
     Scenario("slow", "/metrics takes longer than the check may wait", metrics=_A.SLOW),
     Scenario("dead", "nothing listens on the port", listening=False),
+    Scenario("paused", "an RL trainer paused the engine for a weight update: work frozen, /is_paused true",
+             (_M.STUCK,), paused=True),
     Scenario("engine_dead", "the engine died, its API server lives on: /health 503, completions 500 (0.33)",
              (_M.HUNG,), engine_dead=True),
 )

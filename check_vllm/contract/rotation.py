@@ -47,6 +47,8 @@ TABLE: Mapping[str, Mapping[int, str]] = MappingProxyType({
     vocab.UNREACHABLE: {UNKNOWN: ABSTAIN},
     vocab.BALANCER: {WARNING: ABSTAIN},
     vocab.PROTOCOL: {UNKNOWN: ABSTAIN},
+    vocab.PAUSED: {OK: DRAIN, WARNING: DRAIN},  # paused on purpose: it takes no work until it resumes
+    vocab.KV_TRANSFER: {WARNING: DRAIN},  # its waiting work waits on the prefill side: send no more
 })
 
 #: Before the first verdict, or for a word or state the table lacks: not proof of anything, so drained.

@@ -32,6 +32,9 @@ class EngineReading(NamedTuple):
     kv_cache: float | None = None  # fraction 0..1
     preemptions: float | None = None
     asleep: bool | None = None  # None: the version has no sleep gauge
+    #: Waiting requests deferred on a KV transfer (vllm:num_requests_waiting_by_reason{reason="deferred"}),
+    #: None where the version has no such gauge.
+    deferred: float | None = None
     created: float | None = None  # newest `_created` of its counters: the owning process's birth
 
     @property
@@ -45,6 +48,9 @@ class Reading(NamedTuple):
     engines: Mapping[str, EngineReading] = MappingProxyType({})
     process_start: float | None = None
     model: str | None = None
+    #: Weight-update operations in flight (vllm:rl_weight_update_operations_in_flight, summed): an RL trainer
+    #: moving weights in; None where the server has no such gauge.
+    weight_updates: float | None = None
 
     @property
     def work(self) -> float:
@@ -73,6 +79,12 @@ class Failure(NamedTuple):
     #: The HTTP status of a server that answered (a 5xx), None when nothing came back in time.
     status: int | None = None
 
+
+# What GET /is_paused said (asked only on the stall path).
+PAUSED_YES = "paused"
+PAUSED_NO = "not paused"
+NO_PAUSE_ROUTE = "no route"  # 404: not a dev-mode server (or before 0.32): remembered until the process changes
+PAUSE_UNKNOWN = "unknown"  # an error or a time-out: says nothing, asked again next time
 
 # What became of the 1-token probe: one kind, set where the answer is read.
 ANSWERED = "answered"
@@ -243,6 +255,11 @@ class Memory(NamedTuple):
     #: When its API server last said the engine died: the verdict of that instant (last.at) is down whatever the
     #: host shows of the API server (the handler's own look reads it).
     engine_dead: Instant | None = None
+    #: Since when the server has said it is paused on purpose (None: not paused).
+    paused: Instant | None = None
+    #: process_start_time_seconds of a server that answered GET /is_paused 404 (not in dev mode): not asked
+    #: again until the process changes.
+    no_pause_route: float | None = None
 
 
 # --------------------------------------------------------------------------- the verdict

@@ -37,6 +37,12 @@ UNREACHABLE = "unreachable"
 PROTOCOL = "protocol"
 #: /metrics comes from more than one server process in turn: the URL is a load balancer.
 BALANCER = "balancer"
+#: Quiet on purpose: the server says its engine is paused (POST /pause, an RL trainer's weight update; a
+#: checkpoint) or weights are moving into it: no progress proves nothing. Never restarted.
+PAUSED = "paused"
+#: Quiet while it waits: all its waiting work is deferred on a KV transfer from a prefill instance
+#: (disaggregated prefill/decode). A restart of this one does not help: look at the prefill side.
+KV_TRANSFER = "kv transfer"
 
 class Word(NamedTuple):
     """One verdict word of the operator contract: the states it can carry, whether check_vllm_restart may
@@ -79,6 +85,12 @@ VERDICTS = (
                                          "(resolver, CA bundle, certificate, scheme); never restarted"),
     Word(BALANCER, (WARNING,), False, "/metrics comes from more than one server process in turn: the URL is a "
                                       "load balancer (use --proxy)"),
+    Word(PAUSED, (OK, WARNING), False, "no progress, and the server says its engine is paused on purpose (GET "
+                                       "/is_paused, vLLM >= 0.32 in dev mode) or weights are moving into it "
+                                       "(vllm:rl_weight_update_operations_in_flight); WARNING past --pause-grace"),
+    Word(KV_TRANSFER, (WARNING,), False, "no progress, and every waiting request is deferred on a KV transfer "
+                                         "from its prefill instance (vllm:num_requests_waiting_by_reason "
+                                         "deferred): the prefill side is slow or gone"),
     Word(PROTOCOL, (UNKNOWN,), False, "the peer does not speak HTTP (an https port behind an http:// URL, a header "
                                       "past the client's limit): an instant answer, not a busy server; never "
                                       "restarted"),
@@ -164,6 +176,9 @@ class Settings(NamedTuple):
     respawn_grace: float = 10.0
     #: This many distinct server processes seen starting, none of which served: a crash loop ("down").
     crash_starts: int = 3
+    #: A pause on purpose (an RL weight update, a checkpoint) longer than this is said plainly (WARNING); it is
+    #: never restarted. Weight updates take seconds to minutes.
+    pause_grace: float = 600.0
 
 
 class Options(NamedTuple):

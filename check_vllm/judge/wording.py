@@ -128,6 +128,17 @@ def stopping_exited(pid: str, span: float, grace: float, detail: str) -> str:
             f"(grace {seconds(grace)}; {detail})")
 
 
+def paused(how: str, span: float, grace: float, g: Gauges) -> str:
+    over = f", longer than the pause grace {seconds(grace)}: still paused on purpose, never restarted" \
+        if span > grace else ""
+    return f"{how} for {seconds(span)}{over}; {counts(g)}"
+
+
+def kv_transfer(g: Gauges) -> str:
+    return (f"every waiting request is deferred on a KV transfer (its prefill instance is slow or gone; a restart "
+            f"here does not help); {counts(g)}")
+
+
 def gone_look_again(detail: str) -> str:
     return (f"nothing listens and no vLLM process here, right after it served: a restart between its stop and its "
             f"start? looking again ({detail})")

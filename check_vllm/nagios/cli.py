@@ -70,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--reread-delay", type=number(float), default=OPTIONS.reread_delay, metavar="S",
                    help="with no previous reading and work present, read again after S seconds; less than "
                         "--max-age (default: %(default)g)")
+    d.add_argument("--pause-grace", type=number(float), default=SETTINGS.pause_grace, metavar="S",
+                   help="a server paused on purpose (an RL weight update: GET /is_paused, weights in flight) is "
+                        "paused, OK, for S seconds, then WARNING; never CRITICAL (default: %(default)g)")
     d.add_argument("--max-age", type=number(float), default=SETTINGS.max_age, metavar="S",
                    help="a previous reading older than this is no baseline; must be longer than the check "
                         "interval and than --stuck-seconds, --min-gap and --reread-delay (default: %(default)g)")
@@ -192,7 +195,8 @@ def _check(argv: list[str] | None = None) -> NoReturn:
             endpoint=Endpoint(args.url, api_key=api_key, ca_file=args.ca_file, insecure=args.insecure),
             settings=Settings(stuck_readings=args.stuck_readings, stuck_seconds=args.stuck_seconds,
                               min_gap=args.min_gap, max_age=args.max_age,
-                              start_grace=args.start_grace, stop_grace=args.stop_grace),
+                              start_grace=args.start_grace, stop_grace=args.stop_grace,
+                              pause_grace=args.pause_grace),
             options=Options(proxy=args.proxy, probe=not args.no_probe, model=args.model,
                             probe_timeout=args.probe_timeout, reread_delay=args.reread_delay,
                             pid_file=args.pid_file, pid_command=args.pid_command),

@@ -25,6 +25,10 @@ from check_vllm.contract.values import (
     MODELS_ANSWERED,
     MODELS_OK,
     NO_ANSWER,
+    NO_PAUSE_ROUTE,
+    PAUSE_UNKNOWN,
+    PAUSED_NO,
+    PAUSED_YES,
     REFUSED,
     REJECTED,
     Failure,
@@ -153,6 +157,20 @@ def engine_dead(client: httpx.Client, endpoint: Endpoint, timeout: float) -> boo
     except FetchError:
         return False
     return resp.status == 503 and not resp.body.strip()
+
+
+def is_paused(client: httpx.Client, endpoint: Endpoint, timeout: float) -> str:
+    """What GET /is_paused says (vLLM >= 0.32 with VLLM_SERVER_DEV_MODE=1, for RL trainers' /pause): PAUSED_YES or
+    PAUSED_NO; NO_PAUSE_ROUTE for a 404 (not in dev mode, or older); PAUSE_UNKNOWN for anything else."""
+    try:
+        resp = request(client, endpoint, "GET", "/is_paused", min(timeout, HEALTH_TIMEOUT), auth=True)
+    except FetchError:
+        return PAUSE_UNKNOWN
+    if resp.status == 404:
+        return NO_PAUSE_ROUTE
+    doc = resp.json() if resp.status == 200 else None
+    said = doc.get("is_paused") if isinstance(doc, dict) else None
+    return PAUSE_UNKNOWN if not isinstance(said, bool) else PAUSED_YES if said else PAUSED_NO
 
 
 def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: float, full: bool = True) -> ProbeOutcome:

@@ -35,9 +35,13 @@ _CREATED = {
 }
 _SLEEP = "vllm:engine_sleep_state"
 _START = "process_start_time_seconds"
+#: Waiting requests by reason: "deferred" ones wait on a KV transfer (or a LoRA budget), not for capacity.
+_BY_REASON = "vllm:num_requests_waiting_by_reason"
+#: An RL trainer moving weights into the server (vllm/entrypoints/rl/online/metrics.py, 0.32 on).
+_WEIGHTS = "vllm:rl_weight_update_operations_in_flight"
 # The sample names the check reads (a line is wanted when its name, up to `{` or ` `, is one): the
 # parser's filter, and the names the restricted page asks for (api.RESTRICTED).
-WANTED = frozenset(_SAMPLES) | _CREATED | {_SLEEP, _START}
+WANTED = frozenset(_SAMPLES) | _CREATED | {_SLEEP, _START, _BY_REASON, _WEIGHTS}
 
 
 class NotMetrics(ValueError):
@@ -59,18 +63,23 @@ class _Collected(NamedTuple):
     values: dict[str, dict[str, float]]
     created: dict[str, float]
     asleep: dict[str, bool]
+    deferred: dict[str, float]
     process_start: float | None
     model: str | None
+    weight_updates: float | None
 
 
 def _collect(samples: list[Sample]) -> _Collected:
     """The wanted samples, per engine label."""
-    out = _Collected({}, {}, {}, None, None)
-    process_start, model = None, None
+    out = _Collected({}, {}, {}, {}, None, None, None)
+    process_start, model, weights = None, None, None
     for name, labels, raw in samples:
         value = finite(raw)  # Prometheus allows NaN and +Inf: neither is a usable count or gauge
         if name == _START:
             process_start = value
+            continue
+        if name == _WEIGHTS:
+            weights = (weights or 0.0) + max(value or 0.0, 0.0)
             continue
         engine = clean(labels.get("engine", ""), 40)
         model = model or labels.get("model_name") or None  # protocol data: the probe asks for it as it is
@@ -81,13 +90,16 @@ def _collect(samples: list[Sample]) -> _Collected:
         elif name == _SLEEP:
             if labels.get("sleep_state") == "awake":
                 out.asleep[engine] = value < 0.5
+        elif name == _BY_REASON:
+            if labels.get("reason") == "deferred":
+                out.deferred[engine] = max(value, 0.0)
         elif name in _SAMPLES:
             fields = out.values.setdefault(engine, {})
             key = _SAMPLES[name]
             # request_success has one series per finished_reason: sum them; a duplicated
             # gauge series (a broken exporter) keeps the last value rather than doubling.
             fields[key] = fields.get(key, 0.0) + value if key == "finished" else value
-    return out._replace(process_start=process_start, model=model)
+    return out._replace(process_start=process_start, model=model, weight_updates=weights)
 
 
 def _never_served(fields: dict[str, float]) -> bool:
@@ -138,8 +150,10 @@ def parse(text: str) -> Reading:
             kv_cache=fields.get("kv_cache"),
             preemptions=fields.get("preemptions"),
             asleep=got.asleep.get(engine),
+            deferred=got.deferred.get(engine),
             created=got.created.get(engine),
         )
         for engine, fields in sorted(got.values.items())
     }
-    return Reading(engines=engines, process_start=got.process_start, model=got.model)
+    return Reading(engines=engines, process_start=got.process_start, model=got.model,
+                   weight_updates=got.weight_updates)
