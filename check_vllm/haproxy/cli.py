@@ -27,7 +27,7 @@ DEFAULT_TIMEOUT = 5.0
 
 
 def epilog() -> str:
-    """The reply of every verdict and state, from the one table (check_vllm.haproxy.reply.TABLE)."""
+    """The reply of every verdict and state, from the one table (check_vllm.contract.rotation.TABLE, worded by check_vllm.haproxy.reply)."""
     lines = ["replies (verdict, state -> what HAProxy is told; then '#' and the verdict's text):"]
     lines += [f"  {word:<13} {state:<9} {words}" for word, state, words in reply.rows()]
     lines += ["", "A connection never causes a request to the backend: it gets the latest verdict, judged every "

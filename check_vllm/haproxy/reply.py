@@ -1,4 +1,4 @@
-"""Verdict -> HAProxy agent-check reply: the one table, and the reply line. Pure.
+"""Verdict -> HAProxy agent-check reply: the rotation table in HAProxy's words, and the reply line. Pure.
 
 HAProxy (src/tcpcheck.c, tcpcheck_agent_expect_reply) reads one line ended by CR or LF, made of words
 split by spaces, tabs or commas: a health word (`up`, `down`, `fail`, `stopped`), an admin word
@@ -6,11 +6,9 @@ split by spaces, tabs or commas: a health word (`up`, `down`, `fail`, `stopped`)
 page only when a health word came with it. Only the agent can undo what it said, so every reply names the
 admin state, and a reply that takes a server out always comes with the words that bring it back later.
 
-The asymmetry this table encodes: taking a backend out of rotation is cheap and reversible, a restart is
-neither. So the first sign (a word that is not proof: stalling, starting, unresponsive while unproven)
-drains, and only proof (what check_vllm_restart would act on) marks the server down. A verdict that says
-the agent itself cannot judge (its URL is a balancer, the backend does not speak HTTP to it) abstains:
-a misconfigured agent must never take capacity out of a fleet; HAProxy's own health check still decides.
+Which verdict drains, fails, marks down or abstains is the rotation table's (check_vllm.contract.rotation, the
+one owner, shared with the readiness probe); this module only words each entry. A misconfigured agent
+abstains: it must never take capacity out of a fleet; HAProxy's own health check still decides.
 """
 
 from __future__ import annotations
@@ -19,9 +17,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
-from check_vllm.contract import vocab
+from check_vllm.contract import rotation, vocab
 from check_vllm.contract.safe_text import clean
-from check_vllm.contract.vocab import CRITICAL, OK, UNKNOWN, WARNING
 
 #: The description's cap: the stats page shows it whole, a line stays far below HAProxy's buffer.
 REASON_CAP = 160
@@ -43,43 +40,30 @@ class Reply(NamedTuple):
 
 
 #: Serves: back in rotation, health UP (undoes an earlier down, drain or fail of ours).
-READY = Reply("ready", "up", "ready", "serving: in rotation")
+READY = Reply(rotation.READY, "up", "ready", "serving: in rotation")
 #: Unproven trouble: no new requests, the ones in flight go on; health left to HAProxy's own check.
-DRAIN = Reply("drain", "", "drain", "a first sign, not proof: out of rotation until it serves again")
+DRAIN = Reply(rotation.DRAIN, "", "drain", "a first sign, not proof: out of rotation until it serves again")
 #: Proof of a stall: appears up but fails ("fail" on the stats page), and drained.
-FAIL = Reply("fail", "fail", "drain", "proven stuck: DOWN, as a failed health check")
+FAIL = Reply(rotation.FAIL, "fail", "drain", "proven stuck: DOWN, as a failed health check")
 #: Proof that nothing serves: DOWN, and drained.
-DOWN = Reply("down", "down", "drain", "nothing serves: DOWN")
+DOWN = Reply(rotation.DOWN, "down", "drain", "nothing serves: DOWN")
 #: The agent cannot judge (its own configuration is wrong): undoes its drain, leaves health alone.
-ABSTAIN = Reply("abstain", "", "ready", "the agent cannot judge: HAProxy's own health check decides")
+ABSTAIN = Reply(rotation.ABSTAIN, "", "ready", "the agent cannot judge: HAProxy's own health check decides")
 
-#: The one table: every contract word (check_vllm.contract.vocab.VERDICTS), at each state it can carry.
-#: tests/unit/test_agent_reply.py fails when a word or a state of the contract has no row here.
+#: Each entry of the rotation table (check_vllm.contract.rotation, the one owner) as the agent words it.
+REPLIES: Mapping[str, Reply] = MappingProxyType({r.name: r for r in (READY, DRAIN, FAIL, DOWN, ABSTAIN)})
+
+#: The rotation table in the agent's words: every contract word, at each state it can carry.
 TABLE: Mapping[str, Mapping[int, Reply]] = MappingProxyType({
-    vocab.BUSY: {OK: READY},
-    vocab.STALLING: {WARNING: DRAIN},
-    vocab.STUCK: {CRITICAL: FAIL},
-    vocab.IDLE: {OK: READY, WARNING: READY},  # WARNING: our probe was rejected or cut short, not the server
-    vocab.RESTARTED: {OK: READY},
-    vocab.SLEEPING: {OK: DRAIN},  # an engine asleep refuses completions until it is woken
-    vocab.DOWN: {CRITICAL: DOWN},
-    vocab.UNRESPONSIVE: {WARNING: DRAIN, CRITICAL: FAIL},
-    vocab.NO_METRICS: {WARNING: ABSTAIN, CRITICAL: DRAIN},  # no progress to judge; CRITICAL: /v1/models silent too
-    vocab.PROXY: {OK: ABSTAIN, WARNING: ABSTAIN, CRITICAL: ABSTAIN},  # the agent never runs in proxy mode
-    vocab.STARTING: {WARNING: DRAIN},  # loading: drained, never down while its process is young
-    vocab.STOPPING: {WARNING: DRAIN},  # its listener closed, its process draining: no new requests
-    vocab.UNREACHABLE: {UNKNOWN: ABSTAIN},
-    vocab.BALANCER: {WARNING: ABSTAIN},
-    vocab.PROTOCOL: {UNKNOWN: ABSTAIN},
-})
+    word: {state: REPLIES[entry] for state, entry in states.items()} for word, states in rotation.TABLE.items()})
 
 #: Before the first verdict, or when the judging loop has fallen silent: not proof of anything.
-NO_VERDICT = DRAIN
+NO_VERDICT = REPLIES[rotation.NO_VERDICT]
 
 
 def reply_for(word: str, code: int) -> Reply:
     """The table's reply; a word or state the table lacks drains (the test keeps that from happening)."""
-    return TABLE.get(word, {}).get(code, NO_VERDICT)
+    return REPLIES[rotation.rotation_for(word, code)]
 
 
 def rows() -> list[tuple[str, str, str]]:

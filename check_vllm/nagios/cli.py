@@ -103,6 +103,13 @@ def parser() -> argparse.ArgumentParser:
                    help="whole run, UNKNOWN beyond it (default: %(default)g)")
     g.add_argument("-v", "--verbose", action="count", default=0, help="more output (repeatable)")
     g.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
+    # issue 28: one block, the probe's own (check_vllm.nagios.probe, check_vllm.contract.probes)
+    from check_vllm.contract.probes import KINDS
+
+    o = p.add_argument_group("orchestrator probe (docs/kubernetes.md)")
+    o.add_argument("--probe", choices=KINDS, help="answer as a Kubernetes exec probe or Docker HEALTHCHECK: exit 0 "
+                   "pass, 1 fail, one line; liveness fails only on proof, readiness from the first sign, startup "
+                   "until it served; a fault of the check itself never fails liveness or readiness")
     return p
 
 
@@ -148,6 +155,15 @@ def _unknown(message: str) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
+    from check_vllm.nagios import probe
+
+    kind = probe.kind_in(sys.argv[1:] if argv is None else argv)
+    if kind is not None:  # a probe answers 0/1 and one line, whatever happens in the run (exit 2, 3, a bug)
+        probe.guard(kind, lambda: _check(argv))
+    _check(argv)
+
+
+def _check(argv: list[str] | None = None) -> NoReturn:
     started = time.monotonic()
     statusline.prepare()  # LC_ALL=C or PYTHONIOENCODING=ascii: a model id in another script must not crash the output
     # httpcore imports trio (when installed) and anyio for async support this one-shot, synchronous
@@ -197,6 +213,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
             lock_timeout=min(LOCK_TIMEOUT, args.timeout / 3),
             doing=lambda what: waiting_for.__setitem__(0, what),
         )
+        if args.probe:
+            from check_vllm.nagios.probe import answer_run
+
+            answer_run(args.probe, run)
         check = build(run, (args.waiting_warning, args.waiting_critical), (args.kv_warning, args.kv_critical))
         check.main(verbose=args.verbose, timeout=0)
     except UsageError as err:

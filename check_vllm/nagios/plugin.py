@@ -57,6 +57,7 @@ class Server(nagiosplugin.Resource):
         self.run = run
         self.state_note = ""
         self.save_failed = False
+        self.unsaved = ""  # why the state was not saved (the probe passes in spite of it)
 
     @property
     def name(self) -> str:
@@ -92,6 +93,7 @@ class Server(nagiosplugin.Resource):
                     unsaved = f"state not saved: {err}"
             if unsaved:
                 self.save_failed = True
+                self.unsaved = unsaved
                 self.state_note = "; ".join(filter(None, (self.state_note, unsaved)))
         finally:
             store.unlock()

@@ -1,0 +1,132 @@
+"""A run of the check -> an orchestrator's probe (a Kubernetes exec probe, a Docker HEALTHCHECK): pass or fail,
+and why, in one line. Pure.
+
+A probe's exit is an order, not a severity: a failed liveness probe restarts the container, a failed readiness
+probe takes the pod out of its Service, a startup probe holds the other two back while the model loads. So:
+
+- liveness fails only where check_vllm_restart would restart: a restartable word (vocab.RESTARTABLE) at
+  CRITICAL, i.e. with its proof. A first sign, a start, a stop, sleep, and every fault of the monitoring side
+  pass, and the line says in spite of what: a probe's own fault must never restart the server.
+- readiness fails from the first sign: whatever the rotation table (check_vllm.contract.rotation) drains,
+  fails or marks down. What it abstains on, and every fault of ours, passes: capacity is never taken out on
+  the monitor's own fault.
+- startup passes once the server has served: a /metrics reading this run, or a verdict that it serves. When
+  the check itself faulted it cannot tell, and neither answer is safe (fail may restart a loaded server once
+  its failureThreshold is spent, pass hands a loading one to liveness early); it passes only when the state
+  file says the server served before, else fails. Liveness then passes on a loading server anyway
+  (starting is not proof), so an early hand-over costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import NamedTuple
+
+from check_vllm.contract import rotation
+from check_vllm.contract.safe_text import clean
+from check_vllm.contract.vocab import CODE_NAMES, CRITICAL, OK, RESTARTABLE, UNKNOWN
+
+LIVENESS, READINESS, STARTUP = "liveness", "readiness", "startup"
+#: The probe kinds, in the order the kubelet runs them in a pod's life (startup gates the other two).
+KINDS = (STARTUP, READINESS, LIVENESS)
+#: The exit codes of a probe: what the kubelet and Docker read.
+PASS, FAIL = 0, 1
+#: One line the kubelet keeps in the pod's events (it truncates long probe output anyway).
+LINE_CAP = 300
+#: A fault beside a verdict is quoted this far, so that the verdict still fits on the line.
+FAULT_CAP = 120
+
+
+class Seen(NamedTuple):
+    """What one run of the check gave the probe."""
+
+    #: The verdict's word; "" when the run ended without one (a fault of ours: bad options, a time-out, a bug).
+    word: str = ""
+    code: int = UNKNOWN
+    #: The verdict's status text ("busy: 2 running, ...").
+    summary: str = ""
+    #: A fault of the monitoring side, beside the verdict or instead of one ("state not saved: ...").
+    fault: str = ""
+    #: The server was read this run: /metrics answered and its engines were judged.
+    reading: bool = False
+    #: The state file kept a reading from an earlier run: the server served before.
+    served_before: bool = False
+
+
+class Answer(NamedTuple):
+    """A probe's answer: its exit, and the line that says why."""
+
+    kind: str
+    passed: bool
+    why: str
+    #: Passed although something was wrong (a first sign, a fault of ours): the line says so.
+    in_spite: bool = False
+
+    @property
+    def code(self) -> int:
+        return PASS if self.passed else FAIL
+
+    def line(self) -> str:
+        how = "pass in spite of" if self.passed and self.in_spite else "pass" if self.passed else "fail"
+        return clean(f"{self.kind} {how}: {self.why or 'no reason given'}", LINE_CAP)
+
+
+def said(seen: Seen) -> str:
+    """What the run said, its state named unless OK: 'WARNING stalling: ...', 'UNKNOWN <fault>; CRITICAL down: ...'."""
+    verdict = ""
+    if seen.word:
+        verdict = seen.summary or seen.word
+        verdict = verdict if seen.code == OK else f"{CODE_NAMES[seen.code]} {verdict}"
+    fault = f"{CODE_NAMES[UNKNOWN]} {clean(seen.fault, FAULT_CAP)}" if seen.fault else ""
+    return "; ".join(filter(None, (fault, verdict)))
+
+
+def _ours(seen: Seen) -> bool:
+    """A fault of the monitoring side: no verdict, a verdict of its own (UNKNOWN: DNS, TLS, protocol), or a
+    fault beside the verdict (a state file it could not write judges this run alone)."""
+    return bool(seen.fault) or not seen.word or seen.code == UNKNOWN
+
+
+def _clean_pass(kind: str, seen: Seen) -> Answer:
+    return Answer(kind, True, said(seen), in_spite=_ours(seen) or seen.code != OK)
+
+
+def liveness(seen: Seen) -> Answer:
+    if not _ours(seen) and seen.word in RESTARTABLE and seen.code == CRITICAL:
+        return Answer(LIVENESS, False, said(seen))
+    return _clean_pass(LIVENESS, seen)
+
+
+def readiness(seen: Seen) -> Answer:
+    if _ours(seen):
+        return _clean_pass(READINESS, seen)
+    entry = rotation.rotation_for(seen.word, seen.code)
+    if entry in (rotation.READY, rotation.ABSTAIN):
+        return Answer(READINESS, True, said(seen), in_spite=entry == rotation.ABSTAIN or seen.code != OK)
+    return Answer(READINESS, False, said(seen))
+
+
+def served(seen: Seen) -> bool:
+    """The server served this run: it was read, or its verdict puts it in rotation."""
+    return seen.reading or (not _ours(seen) and rotation.rotation_for(seen.word, seen.code) == rotation.READY)
+
+
+def startup(seen: Seen) -> Answer:
+    if served(seen):
+        return Answer(STARTUP, True, said(seen), in_spite=_ours(seen))
+    if _ours(seen) and seen.served_before:
+        return Answer(STARTUP, True, f"{said(seen)} (it served before)", in_spite=True)
+    if _ours(seen):
+        return Answer(STARTUP, False, f"{said(seen)} (no reading yet)")
+    return Answer(STARTUP, False, said(seen))
+
+
+#: One rule per probe kind.
+RULES: Mapping[str, Callable[[Seen], Answer]] = MappingProxyType(
+    {STARTUP: startup, READINESS: readiness, LIVENESS: liveness})
+
+
+def answer(kind: str, seen: Seen) -> Answer:
+    """The probe's answer to one run of the check."""
+    return RULES[kind](seen)

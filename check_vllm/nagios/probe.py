@@ -1,0 +1,108 @@
+"""`check_vllm --probe KIND`: the check's run, answered as an orchestrator's probe (exit 0 pass, 1 fail, one line).
+
+The same observation, state file and options as the check (check_vllm.nagios.cli); only the answer differs,
+and it comes from the pure table (check_vllm.contract.probes). Whatever goes wrong on our side (bad options,
+argparse's own exit 2, a state file, our time-out, a bug) still ends in exit 0 or 1 and exactly one line:
+a probe's own fault must never restart the server nor take it out of its Service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from check_vllm.contract import probes
+from check_vllm.contract.probes import KINDS, Answer, Seen
+
+#: The option, as the command line and the pre-scan both spell it.
+OPTION = "--probe"
+#: The label of the line when --probe came with a kind we do not know (argparse will refuse it).
+NO_KIND = "probe"
+
+
+def answer(kind: str, seen: Seen) -> Answer:
+    """The table's answer; a kind we do not know (argparse refuses it) is answered as liveness is: a pass."""
+    return probes.answer(kind if kind in KINDS else probes.LIVENESS, seen)._replace(kind=kind)
+
+
+class Answered(SystemExit):
+    """The probe's answer, raised out of the check's run: a SystemExit, which the run's handlers let through."""
+
+    def __init__(self, reply: Answer) -> None:
+        super().__init__(reply.code)
+        self.reply = reply
+
+
+def kind_in(argv: Sequence[str]) -> str | None:
+    """The probe kind asked for, read before argparse runs (so that its errors are answered as a probe); None:
+    no --probe, a plain check."""
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return None
+        value = arg.split("=", 1)[1] if arg.startswith(OPTION + "=") else None
+        if arg == OPTION:
+            value = argv[i + 1] if i + 1 < len(argv) else ""
+        if value is not None:
+            return value if value in KINDS else NO_KIND
+    return None
+
+
+def answer_run(kind: str, run: object) -> NoReturn:
+    """Observe once, as the check does (state file, lock, memory), and answer as a probe of `kind`."""
+    import nagiosplugin
+
+    from check_vllm.contract.values import Verdict
+    from check_vllm.nagios.plugin import Run, Server
+
+    assert isinstance(run, Run)
+    server = Server(run)
+    try:
+        metrics = {m.name: m.value for m in server.probe()}
+    except nagiosplugin.CheckError as err:  # the state lock held by another run past its time-out
+        raise Answered(answer(kind, Seen(fault=str(err)))) from None
+    verdict: Verdict = metrics["verdict"]
+    seen = Seen(verdict.word, verdict.code, verdict.summary,
+                fault=server.unsaved,
+                reading=bool(verdict.engines), served_before=verdict.memory.baseline is not None)
+    raise Answered(answer(kind, seen))
+
+
+def _said(out: str, err: str, code: object) -> str:
+    """What the check would have told a scheduler, as the fault a probe passes in spite of."""
+    for text in (out, err):
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if lines:
+            line = lines[-1] if text is err else lines[0]
+            return line.split(" - ", 1)[1] if line.startswith("VLLM ") and " - " in line else line
+    return f"the check exited {code!r} without a word"
+
+
+def guard(kind: str, body: Callable[[], object], verbose: bool = False) -> NoReturn:
+    """Run the check's `body` as a probe: its answer, or any exit or exception of ours turned into an answer.
+
+    The check's own output (a Nagios line, argparse's usage, a traceback) is held back: the probe prints one
+    line of its own. With -v the held-back stderr follows on stderr (the kubelet keeps stdout and stderr
+    together, so only on demand)."""
+    out, err = io.StringIO(), io.StringIO()
+    reply: Answer
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            body()
+        reply = answer(kind, Seen(fault=_said(out.getvalue(), err.getvalue(), None)))
+    except Answered as done:
+        reply = done.reply
+    except SystemExit as exit_:
+        reply = answer(kind, Seen(fault=_said(out.getvalue(), err.getvalue(), exit_.code)))
+    except BaseException as exc:  # noqa: BLE001 - a probe's own bug is never a restart
+        reply = answer(kind, Seen(fault=f"internal error: {exc.__class__.__name__}: {exc}"))
+    if verbose and err.getvalue():
+        sys.stderr.write(err.getvalue())
+    from check_vllm.nagios import statusline
+
+    statusline.prepare()  # LC_ALL=C: a model id in another script is escaped, never an error
+    print(reply.line())
+    sys.stdout.flush()
+    sys.exit(reply.code)
