@@ -18,7 +18,8 @@ log() { printf '[containers-deps %4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2;
 die() { printf '[containers-deps] FAILED: %s\n' "$*" >&2; exit 1; }
 
 have_docker() { [ -x /usr/sbin/dockerd ] && [ -x /usr/bin/docker ] && command -v containerd >/dev/null && command -v runc >/dev/null; }
-have_busybox() { [ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx sh && ldd /bin/busybox 2>&1 | grep -q "not a dynamic"; }
+# static: the image holds nothing else (ldd fails on a static binary); its sh is what the image's /bin/sh runs
+have_busybox() { [ -x /bin/busybox ] && /bin/busybox sh -c 'exit 0' && ! ldd /bin/busybox >/dev/null 2>&1; }
 
 missing=()
 have_docker || missing+=(docker.io)

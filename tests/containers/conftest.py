@@ -92,9 +92,13 @@ def world(tmp_path_factory):
         pytest.fail(f"{prefix}/bin/check_vllm has no --probe option (`check_vllm --help` does not mention it): "
                     "the tier tests `check_vllm --probe liveness|readiness|startup`", pytrace=False)
     TIMINGS["set-up (venv, model)"] = time.monotonic() - t_all
-    root = tmp_path_factory.mktemp("containers")
-    report_dir = Path(os.environ.get("CONTAINERS_REPORT_DIR") or root)
-    report_dir.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("CONTAINERS_REPORT_DIR"):   # tox: the env's tmp dir, kept until the next run
+        report_dir = Path(os.environ["CONTAINERS_REPORT_DIR"])
+        root = report_dir / "containers"
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+    else:
+        report_dir = root = tmp_path_factory.mktemp("containers")
     short = Path(tempfile.mkdtemp(prefix="cvc-", dir="/tmp"))   # dockerd's dirs: socket paths are short
     d = Dockerd(short)
     versions = {
@@ -128,7 +132,12 @@ def world(tmp_path_factory):
                 pytest.fail(f"containers tier: could not build the image: {exc}", pytrace=False)
             TIMINGS["image (docker import)"] = time.monotonic() - t
             port = free_port()
-            c = VllmContainer(d, NAME, venv, model, port, root / "state", prefix, knobs, shim=shim)
+            # a copy the container's user can read (the cache's model.safetensors is 0600, as safetensors writes it)
+            shared_model = shutil.copytree(model, root / "model")
+            for f in Path(shared_model).iterdir():
+                f.chmod(0o644)
+            Path(shared_model).chmod(0o755)
+            c = VllmContainer(d, NAME, venv, Path(shared_model), port, root / "state", prefix, knobs, shim=shim)
             restarter = Restarter(d, NAME, root / "restart-unhealthy.log")
             try:
                 restarter.start()
@@ -167,6 +176,7 @@ def world(tmp_path_factory):
             if w is not None:
                 w.measured["tear-down"] = teardown
                 w.measured["stopped processes left"] = left
+            shutil.copyfile(d.log, root / "dockerd.log") if d.log.exists() else None
             shutil.rmtree(short, ignore_errors=True)
             TIMINGS["tear-down"] = time.monotonic() - t
             if w is not None and rec is not None:
@@ -176,7 +186,7 @@ def world(tmp_path_factory):
                 out = report_dir / "containers-timeline.txt"
                 out.write_text(REPORT["containers: measured"] + "\n\n" + REPORT["containers: timeline"] + "\n")
                 REPORT["containers: files"] = (f"timeline: {out}\nlogs: {root} (vllm-container.log, "
-                                               f"restart-unhealthy.log, state/), dockerd: {short} (removed)")
+                                               f"restart-unhealthy.log, dockerd.log, state/), dockerd: {short} (removed)")
     TIMINGS["whole session (lock held)"] = time.monotonic() - t_all
     if w is not None and w.measured.get("stopped processes left"):
         pytest.fail(f"stopped vLLM processes left behind: {w.measured['stopped processes left']}", pytrace=False)

@@ -178,11 +178,13 @@ def python_roots(prefix: Path) -> list[Path]:
 
 
 def ro_mounts(*paths: Path) -> list[str]:
-    """-v PATH:PATH:ro for each distinct path not already under another (and not under /usr, /lib...)."""
+    """-v PATH:PATH:ro for /usr /lib /lib64 /etc and each distinct path not under those. Each path is mounted
+    itself, never through a parent: the container's user must be able to pass through the parents Docker
+    creates (0755), which the host's may not allow (tox makes .tox/ 0700; /root is 0700)."""
     base = [Path("/usr"), Path("/lib"), Path("/lib64"), Path("/etc")]
     keep: list[Path] = list(base)
     for p in sorted({Path(os.path.realpath(x)) for x in paths}, key=lambda x: len(x.parts)):
-        if not any(p == k or k in p.parents for k in keep):
+        if not any(p == k or k in p.parents for k in base) and p not in keep:
             keep.append(p)
     out = []
     for p in keep:
@@ -201,6 +203,15 @@ def check_venv() -> Path:
     return prefix
 
 
+def editable_source(prefix: Path) -> Path | None:
+    """The checkout an editable install of check_vllm points at (it must be mounted too), else None."""
+    for direct in prefix.glob("lib/python3*/site-packages/check_vllm-*.dist-info/direct_url.json"):
+        info = json.loads(direct.read_text())
+        if (info.get("dir_info") or {}).get("editable") and info.get("url", "").startswith("file://"):
+            return Path(info["url"][len("file://"):])
+    return None
+
+
 def has_probe(check: Path) -> bool:
     r = subprocess.run([str(check), "--help"], capture_output=True, text=True, timeout=60)
     return "--probe" in r.stdout
@@ -213,7 +224,7 @@ class Knobs:
     interval: float = 4.0        # --health-interval
     stuck_seconds: float = 20.0  # the check's --stuck-seconds
     check_timeout: float = 10.0  # the check's -t
-    health_timeout: float = 15.0  # --health-timeout: covers -t
+    health_timeout: float = 30.0  # --health-timeout: covers -t and a run's start-up on a starved CPU (13 s seen)
     max_num_seqs: int = 2
 
 
@@ -256,7 +267,8 @@ class VllmContainer:
         argv = ["run", "-d", "--name", self.name, "--network", "host", "--shm-size", "1g",
                 "--user", USER, "--tmpfs", "/tmp:rw,exec,mode=1777,size=2g",
                 "-v", f"{self.state}:/state:rw",
-                *ro_mounts(*python_roots(self.venv), *python_roots(self.check_prefix), self.model, REPO),
+                *ro_mounts(*python_roots(self.venv), *python_roots(self.check_prefix), self.model,
+                           *filter(None, [editable_source(self.check_prefix)])),
                 "--health-cmd", self.probe("liveness"),
                 "--health-interval", f"{k.interval:g}s", "--health-timeout", f"{k.health_timeout:g}s",
                 "--health-retries", "1", "--health-start-period", "0s"]

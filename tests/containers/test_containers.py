@@ -35,6 +35,18 @@ def wait(what: str, predicate, timeout: float, interval: float = 0.5, diag=lambd
         time.sleep(interval)
 
 
+def healthy_so_far(world, t0: float = 0.0) -> None:
+    """Fail at once (with the run's output) when a health run failed since t0: waiting on would only watch
+    the restarter restart it."""
+    bad = [r for r in world.rec.health_runs(t0) if r.exit != 0]
+    if bad:
+        raise AssertionError(f"a health run failed: exit {bad[0].exit}: {bad[0].output}")
+    st = world.c.inspect_state()
+    if st and not st.get("Running"):
+        tail = "\n".join(line for _, line in world.c.logs()[-30:])
+        raise AssertionError(f"the vLLM container exited (exit code {st.get('ExitCode')}); its log's tail:\n{tail}")
+
+
 def _diag(world) -> str:
     rec, c = world.rec, world.c
     runs = rec.health_runs()[-5:]
@@ -61,8 +73,9 @@ def test_0_boot(world):
     for kind in ("startup", "readiness", "liveness"):
         during[kind] = rec.probe(kind)
     loading = metrics(c.url, timeout=2) is None
-    wait("vLLM to serve /metrics (model loaded)", lambda: metrics(c.url, timeout=2), 240, 1.0,
-         diag=lambda: _diag(world))
+    healthy_so_far(world)
+    wait("vLLM to serve /metrics (model loaded)", lambda: healthy_so_far(world) or metrics(c.url, timeout=2),
+         240, 1.0, diag=lambda: _diag(world))
     t_serving = rec.note("vLLM serves (/metrics answers from the host): model loaded")
     wait("health `healthy`", lambda: c.health() == "healthy", 3 * k.interval + k.health_timeout,
          diag=lambda: _diag(world))
@@ -93,16 +106,26 @@ def test_1_saturated(world):
              diag=lambda: _diag(world))
         t_sat = rec.note("6 clients x 1000 tokens on --max-num-seqs 2: saturated (running 2, waiting >= 1)")
         hold = k.stuck_seconds + 3 * k.interval   # longer than stuck needs: a false `stuck` would show
-        time.sleep(hold / 2)
+        samples = []   # (at, running, waiting) from the host, every second
+
+        def sample_for(seconds: float) -> None:
+            end = time.time() + seconds
+            while time.time() < end:
+                m = metrics(c.url)
+                samples.append((time.time(), total(m, "vllm:num_requests_running"),
+                                total(m, "vllm:num_requests_waiting")))
+                time.sleep(1.0)
+
+        sample_for(hold / 2)
         mid = rec.probe("readiness")
-        time.sleep(hold / 2)
-        still = metrics(c.url)
+        sample_for(hold / 2)
         t_end = rec.note("the load stops")
-        assert still and saturated(still), "the load did not keep the server saturated to the end"
     finally:
         load.stop()
+    world.measured["saturated samples"] = samples
     after = metrics(c.url)
     assert not any(load.errors), load.errors
+    world.measured["load"] = {"finished": load.finished, "chunks": load.chunks}
     runs = rec.health_runs(t_sat, t_end)
     statuses = {rec.status_at(t) for t in [t_sat, *(at for at, _ in rec.statuses if t_sat <= at < t_end)]}
     logged = requests_logged(world, t_sat, t_end)
@@ -112,15 +135,20 @@ def test_1_saturated(world):
         "seconds": t_end - t_sat, "health runs": len(runs), "statuses": sorted(statuses),
         "outputs": sorted({re.sub(r"[\d.]+", "N", r.output)[:90] for r in runs}),
         "max run seconds": max((r.end - r.start for r in runs), default=0.0),
-        "requests logged": len(logged), "not the load's": probe_requests, "readiness": mid,
+        "requests logged": len(logged), "other requests": probe_requests, "readiness": mid,
         "load finished": sum(load.finished),
         "request_success_total": (total(before, "vllm:request_success_total"),
                                   total(after, "vllm:request_success_total")),
         "classic": (sum(p["ok"] for p in classic), len(classic),
                     sorted({p["result"] for p in classic if not p["ok"]})),
         "classic max seconds": max((p["seconds"] for p in classic), default=0.0),
+        "running/waiting": (min((r for _, r, _ in samples if r is not None), default=None),
+                            min((q for _, _, q in samples if q is not None), default=None),
+                            max((q for _, _, q in samples if q is not None), default=None)),
     }
-    assert len(runs) >= int((t_end - t_sat) / k.interval) - 1, runs
+    answered = [(r, q) for _, r, q in samples if r is not None]
+    assert answered and all(r == 2 for r, _ in answered), f"not saturated throughout: {samples}"
+    assert len(runs) >= 2, runs
     assert statuses == {"healthy"}, rec.statuses
     assert all(r.exit == 0 for r in runs), [(r.exit, r.output) for r in runs]
     assert logged, "vLLM logged no request at all: --enable-log-requests is not working, the count proves nothing"
@@ -229,8 +257,10 @@ def summary(w) -> str:
     if s:
         ok, n, bad = s["classic"]
         out += [f"saturated {s['seconds']:.0f}s: {s['health runs']} health runs, status {s['statuses']}, longest run "
-                f"{s['max run seconds']:.1f}s; vLLM logged {s['requests logged']} requests, {len(s['not the load\'s'])} "
+                f"{s['max run seconds']:.1f}s; vLLM logged {s['requests logged']} requests, {len(s['other requests'])} "
                 f"not the load's (the probe sent no inference); request_success_total {s['request_success_total']}",
+                f"  from the host every second: running >= {s['running/waiting'][0]}, waiting "
+                f"{s['running/waiting'][1]}-{s['running/waiting'][2]}",
                 *(f"  liveness said: {o}" for o in s["outputs"][:4]),
                 f"  readiness: {_line(s['readiness'])}",
                 f"  classic /health: {ok}/{n} passed, failures {bad}, slowest {s['classic max seconds']:.2f}s"]
