@@ -177,7 +177,6 @@ def test_2_frozen(world):
         wait("health `unhealthy`", lambda: c.health() == "unhealthy" or rec.events_named("health_status: unhealthy"),
              budget + k.health_timeout + 10, 0.25, diag=lambda: _diag(world))
         t_unhealthy = min(rec.events_named("health_status: unhealthy", t_stop) or [time.time()])
-        failing = [r for r in rec.health_runs(t_stop) if r.exit != 0]
         wait("the restarter to restart it", lambda: any("restarted" in ln for ln in world.restarter.lines()),
              60, 0.5, diag=lambda: _diag(world))
         t_restarted = rec.note("restart-unhealthy: " + "; ".join(world.restarter.lines()))
@@ -196,6 +195,7 @@ def test_2_frozen(world):
     rec.phase("after")
     time.sleep(2 * k.interval + 1)   # two more health runs: nothing else happens
     t_end = time.time()
+    failing = [r for r in rec.health_runs(t_stop, t_restarted) if r.exit != 0]
     restarts = rec.events_named("restart", t_stop)
     starts = rec.events_named("start", t_stop)
     world.measured["frozen"] = {
