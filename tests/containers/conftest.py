@@ -86,9 +86,7 @@ def world(tmp_path_factory):
         prefix = check_venv()
     except (VllmSetupError, RigError) as exc:
         pytest.fail(f"containers tier: cannot prepare: {exc}", pytrace=False)
-    probe_ok = has_probe(prefix / "bin" / "check_vllm")
-    shim = not probe_ok and os.environ.get("CONTAINERS_NAGIOS_SHIM") == "1"
-    if not probe_ok and not shim:
+    if not has_probe(prefix / "bin" / "check_vllm"):
         pytest.fail(f"{prefix}/bin/check_vllm has no --probe option (`check_vllm --help` does not mention it): "
                     "the tier tests `check_vllm --probe liveness|readiness|startup`", pytrace=False)
     TIMINGS["set-up (venv, model)"] = time.monotonic() - t_all
@@ -137,7 +135,7 @@ def world(tmp_path_factory):
             for f in Path(shared_model).iterdir():
                 f.chmod(0o644)
             Path(shared_model).chmod(0o755)
-            c = VllmContainer(d, NAME, venv, Path(shared_model), port, root / "state", prefix, knobs, shim=shim)
+            c = VllmContainer(d, NAME, venv, Path(shared_model), port, root / "state", prefix, knobs)
             restarter = Restarter(d, NAME, root / "restart-unhealthy.log")
             try:
                 restarter.start()
@@ -153,7 +151,7 @@ def world(tmp_path_factory):
             rec.note(f"docker run: vLLM as PID 1, HEALTHCHECK {c.probe('liveness')!r}, every "
                      f"{knobs.interval:g}s, timeout {knobs.health_timeout:g}s, retries 1", rec.t0)
             w = World(d, c, rec, restarter, root)
-            w.measured.update(versions=versions, lock=lock.how, shim=shim, url=c.url,
+            w.measured.update(versions=versions, lock=lock.how, url=c.url,
                               health_cmd=c.probe("liveness"), run_argv=c.run_argv())
             yield w
         finally:

@@ -224,27 +224,22 @@ class Knobs:
     interval: float = 4.0        # --health-interval
     stuck_seconds: float = 20.0  # the check's --stuck-seconds
     check_timeout: float = 10.0  # the check's -t
+    probe_timeout: float = 5.0   # the idle probe's: below -t, or a frozen engine whose gauges froze at 0/0 is never proven
     health_timeout: float = 30.0  # --health-timeout: covers -t and a run's start-up on a starved CPU (13 s seen)
     max_num_seqs: int = 2
 
 
-def probe_command(check: Path, kind: str, url: str, knobs: Knobs, shim: bool = False) -> str:
+def probe_command(check: Path, kind: str, url: str, knobs: Knobs) -> str:
     """The command line of one probe run in the container (a /bin/sh command, as HEALTHCHECK CMD-SHELL)."""
-    args = (f"-u {url} --state-dir /state --stuck-seconds {knobs.stuck_seconds:g} -t {knobs.check_timeout:g}")
-    if not shim:
-        return f"{check} --probe {kind} {args}"
-    # Before `--probe` exists: the Nagios check with its exit mapped as the issue specifies (for rig work only).
-    fail_if = {"liveness": '[ "$rc" -eq 2 ]', "readiness": '[ "$rc" -ne 0 ]',
-               "startup": 'case "$out" in starting*|down*|stopping*) true;; *) false;; esac'}[kind]
-    return (f'out=$({check} {args}); rc=$?; echo "$out" | head -1; '
-            f'if {fail_if}; then exit 1; else exit 0; fi')
+    return (f"{check} --probe {kind} -u {url} --state-dir /state --stuck-seconds {knobs.stuck_seconds:g} "
+            f"--probe-timeout {knobs.probe_timeout:g} -t {knobs.check_timeout:g}")
 
 
 class VllmContainer:
     def __init__(self, d: Dockerd, name: str, venv: Path, model: Path, port: int, state: Path,
-                 check_prefix: Path, knobs: Knobs, shim: bool = False) -> None:
+                 check_prefix: Path, knobs: Knobs) -> None:
         self.d, self.name, self.venv, self.model, self.port = d, name, venv, model, port
-        self.state, self.check_prefix, self.knobs, self.shim = state, check_prefix, knobs, shim
+        self.state, self.check_prefix, self.knobs = state, check_prefix, knobs
         self.check = check_prefix / "bin" / "check_vllm"
         self.url = f"http://127.0.0.1:{port}"
         self.read_only = True
@@ -258,7 +253,7 @@ class VllmContainer:
                 "--dtype", "float32", "--enforce-eager", "--enable-log-requests"]
 
     def probe(self, kind: str) -> str:
-        return probe_command(self.check, kind, self.url, self.knobs, self.shim)
+        return probe_command(self.check, kind, self.url, self.knobs)
 
     def run_argv(self) -> list[str]:
         k = self.knobs

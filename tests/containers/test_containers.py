@@ -248,8 +248,7 @@ def _line(p) -> str:
 def summary(w) -> str:
     m, k = w.measured, w.c.knobs
     out = ["versions: " + ", ".join(f"{a} {b}" for a, b in (m.get("versions") or {}).items()),
-           f"health check: {m.get('health_cmd')}" + ("  [SHIM: the Nagios check's exit mapped; no --probe]"
-                                                       if m.get("shim") else ""),
+           f"health check: {m.get('health_cmd')}",
            f"docker: --health-interval {k.interval:g}s --health-timeout {k.health_timeout:g}s --health-retries 1 "
            f"--health-start-period 0s; --user 65534:65534 --read-only --tmpfs /tmp; /state bind-mounted rw",
            f"heavy lock: {m.get('lock')}"]
