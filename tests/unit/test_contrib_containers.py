@@ -133,5 +133,6 @@ def test_compose_has_a_restarter_on_unhealthy():
     assert vllm["healthcheck"]["test"][1:4] == ["check_vllm", "--probe", "liveness"]
     assert vllm["labels"]["check_vllm.restart"] == "unhealthy"
     assert "/var/run/docker.sock:/var/run/docker.sock" in restarter["volumes"]
-    script = (ROOT / "contrib" / "docker" / "restart-unhealthy.sh").read_text()
+    assert restarter["entrypoint"][1:] == ["/restart-unhealthy", "--filter", "label=check_vllm.restart=unhealthy"]
+    script = (ROOT / "contrib" / "docker" / "restart-unhealthy").read_text()
     assert "--filter event=health_status" in script and '"health_status: unhealthy"' in script
