@@ -38,9 +38,9 @@ def watch(check: Check, url: str, state: Path, counter: Path, seconds: float) ->
     return seen
 
 
-@pytest.mark.parametrize("mode", ["keep", "wait"])
 def test_a_pause_for_a_weight_update_is_paused_never_stuck_and_never_restarted(heavy, vllm_venv, tiny_model,
-                                                                               check, tmp_path, mode):  # noqa: F811
+                                                                               check, tmp_path):  # noqa: F811
+    """keep (requests frozen in the queue), then wait (those in flight finish, new ones queue), on one server."""
     srv = VllmServer(vllm_venv, tiny_model, port=free_port(), log_path=tmp_path / "paused.log",
                      extra_env={"VLLM_SERVER_DEV_MODE": "1"})
     srv.start(timeout=240)
@@ -50,21 +50,8 @@ def test_a_pause_for_a_weight_update_is_paused_never_stuck_and_never_restarted(h
         assert srv.wait_for(lambda t: "vllm:num_requests_running" in t, timeout=60)
         time.sleep(3.0)
         assert check(srv.url, *ARGS).word in ("busy", "restarted")
-        paused = httpx.post(f"{srv.url}/pause", params={"mode": mode}, timeout=120)
-        assert paused.status_code == 200, paused.text
-        assert httpx.get(f"{srv.url}/is_paused", timeout=10).json() == {"is_paused": True}
-        seen = watch(check, srv.url, state, counter, 24.0)  # three times --stuck-seconds
-        assert all(r.code != 2 for r in seen), [r.first for r in seen]
-        assert "paused" in {r.word for r in seen}, [r.first for r in seen]
-        assert not counter.exists(), [r.first for r in seen]
-        assert httpx.post(f"{srv.url}/resume", timeout=60).status_code == 200
-        deadline, resumed = time.monotonic() + 60, None
-        while time.monotonic() < deadline:
-            time.sleep(2.0)
-            resumed = check(srv.url, *ARGS)
-            if resumed.word == "busy":
-                break
-        assert resumed is not None and resumed.word == "busy", resumed.first if resumed else None
+        for mode in ("keep", "wait"):
+            paused_then_resumed(srv, check, state, counter, mode)
         os.kill(srv.engine_core_pid(), signal.SIGSTOP)  # a real hang of the same engine: still stuck
         try:
             frozen = watch(check, srv.url, state, counter, 24.0)
@@ -75,3 +62,21 @@ def test_a_pause_for_a_weight_update_is_paused_never_stuck_and_never_restarted(h
     finally:
         load.stop()
         srv.stop()
+
+
+def paused_then_resumed(srv: VllmServer, check: Check, state: Path, counter: Path, mode: str) -> None:  # noqa: F811
+    paused = httpx.post(f"{srv.url}/pause", params={"mode": mode}, timeout=120)
+    assert paused.status_code == 200, paused.text
+    assert httpx.get(f"{srv.url}/is_paused", timeout=10).json() == {"is_paused": True}
+    seen = watch(check, srv.url, state, counter, 24.0)  # three times --stuck-seconds
+    assert all(r.code != 2 for r in seen), (mode, [r.first for r in seen])
+    assert "paused" in {r.word for r in seen}, (mode, [r.first for r in seen])
+    assert not counter.exists(), (mode, [r.first for r in seen])
+    assert httpx.post(f"{srv.url}/resume", timeout=60).status_code == 200
+    deadline, resumed = time.monotonic() + 60, None
+    while time.monotonic() < deadline:
+        time.sleep(2.0)
+        resumed = check(srv.url, *ARGS)
+        if resumed.word == "busy":
+            break
+    assert resumed is not None and resumed.word == "busy", (mode, resumed.first if resumed else None)
