@@ -23,3 +23,24 @@ def write_reports(terminalreporter, reports: dict[str, str]) -> None:
         terminalreporter.write_sep("-", title)
         for line in text.splitlines():
             terminalreporter.write_line(line)
+
+
+def write_summary(terminalreporter, reports: dict[str, str], timings: dict[str, float], tier: str) -> None:
+    """A tier's kept reports, then its timings."""
+    write_reports(terminalreporter, reports)
+    if timings:
+        terminalreporter.write_sep("-", f"{tier} tier timings")
+        for k, v in timings.items():
+            terminalreporter.write_line(f"{k}: {v:.1f}s")
+
+
+def version_of(argv: list[str]) -> str:
+    """The first line a component prints of its version ("?" when it prints nothing)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except OSError as err:
+        return f"? ({err})"
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[0] if text else "?"

@@ -94,6 +94,14 @@ def allowed(peer: str, nets: Sequence[Network]) -> bool:
     return any(ip.version == net.version and ip in net for net in nets)
 
 
+def peer_allowed(client_address: object, nets: Sequence[Network]) -> bool:
+    """A listener's verify_request: every peer without an allow list, else only the listed ones."""
+    if not nets:
+        return True
+    host = client_address[0] if isinstance(client_address, tuple) and client_address else ""
+    return allowed(str(host), nets)
+
+
 class AgentServer(socketserver.ThreadingTCPServer):
     """A listener whose every allowed connection is told `line()`."""
 
@@ -112,10 +120,7 @@ class AgentServer(socketserver.ThreadingTCPServer):
 
     def verify_request(self, request: object, client_address: object) -> bool:
         """Refused peers are closed by socketserver at once, in the accepting thread, unanswered."""
-        if not self.allow:
-            return True
-        host = client_address[0] if isinstance(client_address, tuple) and client_address else ""
-        return allowed(str(host), self.allow)
+        return peer_allowed(client_address, self.allow)
 
 
 def parse_listen(text: str, default_port: int) -> tuple[str, int]:

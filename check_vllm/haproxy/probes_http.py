@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from check_vllm.contract import probes
 from check_vllm.contract.probes import Seen
 
-from .listen import Network, allowed
+from .listen import Network, peer_allowed
 
 #: Path -> probe kind (the kubelet's conventional names, and the kinds' own).
 PATHS = {"/livez": probes.LIVENESS, "/readyz": probes.READINESS, "/startupz": probes.STARTUP,
@@ -63,7 +63,4 @@ class ProbeServer(http.server.ThreadingHTTPServer):
         super().__init__(address, _Handler)
 
     def verify_request(self, request: object, client_address: object) -> bool:
-        if not self.allow:
-            return True
-        host = client_address[0] if isinstance(client_address, tuple) and client_address else ""
-        return allowed(str(host), self.allow)
+        return peer_allowed(client_address, self.allow)

