@@ -24,6 +24,8 @@ README = USAGE.parent.parent / "README.md"
 V_START, V_END = "<!-- verdicts:start -->", "<!-- verdicts:end -->"
 SOAK = USAGE.parent / "soak-60min.json"
 R_START, R_END = "<!-- reliability:start -->", "<!-- reliability:end -->"
+HANDLER = USAGE.parent / "handler.md"
+H_START, H_END = "<!-- handler-usage:start -->", "<!-- handler-usage:end -->"
 PROBES = USAGE.parent / "probes.md"
 P_START, P_END = "<!-- probes:start -->", "<!-- probes:end -->"
 
@@ -46,6 +48,14 @@ def usage() -> str:
 
 def agent_usage() -> str:
     return help_of("check_vllm.haproxy.cli")
+
+
+def handler_usage() -> str:
+    return help_of("check_vllm.restart.options")
+
+
+def render_handler(text: str) -> str:
+    return _between(text, H_START, H_END, f"```\n{handler_usage()}```\n")
 
 
 def _between(text: str, start: str, end: str, block: str) -> str:
@@ -166,7 +176,8 @@ def render_readme(text: str) -> str:
 
 
 if __name__ == "__main__":
-    for path, renderer in ((USAGE, render), (AGENT, render_agent), (README, render_readme), (PROBES, render_probes)):
+    for path, renderer in ((USAGE, render), (AGENT, render_agent), (README, render_readme), (PROBES, render_probes),
+                           (HANDLER, render_handler)):
         text = path.read_text()
         new = renderer(text)
         if new != text:

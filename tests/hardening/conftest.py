@@ -17,7 +17,7 @@ import sysconfig
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -307,16 +307,7 @@ def gzip_bomb(size: int) -> bytes:
     return b"".join(z.compress(block) for _ in range(size >> 20)) + z.flush()
 
 
-@pytest.fixture
-def busy_sim() -> Iterator[Simulator]:
-    with Simulator(scenario="busy") as s:
-        yield s
 
-
-@pytest.fixture
-def stuck_sim() -> Iterator[Simulator]:
-    with Simulator(scenario="stuck") as s:
-        yield s
 
 
 def has(tool: str) -> bool:

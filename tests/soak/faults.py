@@ -114,15 +114,6 @@ def signal_engine(pid: int, sig: int) -> bool:
         return False
 
 
-def wait_until(predicate, timeout: float, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return None
-
 
 def hold_signal(seconds: float) -> None:
     """Sleep exactly `seconds` (the fault's duration is a measurement, not a floor)."""

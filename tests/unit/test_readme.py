@@ -107,3 +107,13 @@ def test_the_probe_table_is_the_code_s():
     stale = text.replace("| `stuck` | CRITICAL | fail; pass if /metrics was read this run | **fail** | **fail** |",
                          "| `stuck` | CRITICAL | fail | **fail** | pass |", 1)
     assert stale != text and tool.render_probes(stale) != stale
+
+
+def test_the_handler_help_block_is_current(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    tool = _tool()
+    text = tool.HANDLER.read_text()
+    assert text.count(tool.H_START) == text.count(tool.H_END) == 1
+    assert tool.render_handler(text) == text, "docs/handler.md is stale: run `python tools/update_readme.py`"
+    stale = text.replace("--cooldown S", "--cooldown SECONDS", 1)
+    assert stale != text and tool.render_handler(stale) != stale
