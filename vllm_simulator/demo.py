@@ -40,6 +40,8 @@ STEPS = (
     Step("dp_one_frozen", 3),
     Step("restarted", from_busy=True),
     Step("sleeping"),
+    Step("paused", 3, from_busy=True),
+    Step("engine_dead", from_busy=True),
     Step("no_metrics"),
     Step("html"),
     Step("http_500"),
