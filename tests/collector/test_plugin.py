@@ -212,6 +212,7 @@ QUIET = {
     "no metrics": "the server answers /v1/models: a configuration matter, charted",
     "proxy": "a proxy job reads no /metrics; its WARNING is a 4xx, charted",
     "protocol": "the URL points at something that is not HTTP: a configuration matter, charted",
+    "paused": "paused on purpose by its trainer (a weight update): charted, never an alarm",
 }
 
 
