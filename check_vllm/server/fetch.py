@@ -251,8 +251,6 @@ def _failed(err: Exception, where: str, endpoint: Endpoint, timeout: float, watc
         return FetchError("not http", f"{where}: the answer is not HTTP ({clean(detail, 120)})")
     if not watch.answered and (_reset(err) or "reset by peer" in detail.lower()):
         return FetchError("not http", f"{where}: connection reset at once, no HTTP answer")
-    if not watch.answered and isinstance(err, httpx.RemoteProtocolError):  # closed before any answer
-        return FetchError("not http", f"{where}: connection closed at once, no HTTP answer")
     if "refused" in detail.lower():
         return FetchError("down", "connection refused")
     return FetchError("protocol", f"{where}: {clean(detail, 200)}")
