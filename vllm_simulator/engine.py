@@ -66,6 +66,8 @@ def background(mode: EngineMode, max_num_seqs: int) -> tuple[int, int]:
         return max_num_seqs, STUCK_WAITING
     if mode is EngineMode.PREFILL:
         return 1, 0
+    if mode is EngineMode.DEFERRED:
+        return 0, STUCK_WAITING
     return 0, 0
 
 
@@ -75,7 +77,7 @@ def admits(mode: EngineMode, max_num_seqs: int, queued_for: float, busy_queue_se
     It gets one when the background load leaves a slot free; on a busy engine also after
     ``busy_queue_seconds`` (a background request finished). A hung engine never admits anything.
     """
-    if mode is EngineMode.HUNG:
+    if mode in (EngineMode.HUNG, EngineMode.DEFERRED):
         return False
     running, _ = background(mode, max_num_seqs)
     if running < max_num_seqs:
@@ -127,7 +129,7 @@ class EngineCounters:
         elif mode is EngineMode.PREFILL:
             grown = max(self.kv_usage, KV_PREFILL_START) + KV_PREFILL_GROWTH_PER_SECOND * dt
             self.kv_usage = min(KV_PREFILL_CAP, grown)
-        elif mode in (EngineMode.STUCK, EngineMode.HUNG):
+        elif mode in (EngineMode.STUCK, EngineMode.HUNG, EngineMode.DEFERRED):
             pass  # frozen: neither counters nor gauges move
         else:
             self.kv_usage = 0.0

@@ -181,7 +181,8 @@ class SimulatedProcess:
         running, waiting = background(mode, self.max_num_seqs)
         if index == 0:
             waiting += self._real_waiting
-        return EngineView(self._engines[index], running, waiting, asleep=mode is EngineMode.SLEEPING)
+        return EngineView(self._engines[index], running, waiting, asleep=mode is EngineMode.SLEEPING,
+                          deferred=waiting if mode is EngineMode.DEFERRED else 0)
 
     # --- mechanics (call with _cond held) ----------------------------------------------------------------------
 

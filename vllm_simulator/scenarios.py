@@ -23,6 +23,7 @@ class EngineMode(enum.Enum):
     STUCK = "stuck"  # frozen with work: slots taken, queue full, nothing moves
     HUNG = "hung"  # frozen with no work: metrics say idle, a completion never gets an answer
     SLEEPING = "sleeping"  # vLLM sleep mode: sleep gauge set, completions refused
+    DEFERRED = "deferred"  # a decode instance whose queue all waits on a KV transfer: nothing runs, nothing moves
 
 
 class MetricsAnswer(enum.Enum):
@@ -98,6 +99,8 @@ TABLE: Final[tuple[Scenario, ...]] = (
     Scenario("dead", "nothing listens on the port", listening=False),
     Scenario("paused", "an RL trainer paused the engine for a weight update: work frozen, /is_paused true",
              (_M.STUCK,), paused=True),
+    Scenario("kv_deferred", "disaggregated decode: every waiting request deferred on a KV transfer, none runs",
+             (_M.DEFERRED,)),
     Scenario("engine_dead", "the engine died, its API server lives on: /health 503, completions 500 (0.33)",
              (_M.HUNG,), engine_dead=True),
 )

@@ -72,6 +72,8 @@ class EngineView:
     running: int
     waiting: int
     asleep: bool
+    #: Waiting requests deferred on a KV transfer (vllm:num_requests_waiting_by_reason reason="deferred").
+    deferred: int = 0
 
 
 def cumulative_profile(count: float, buckets: Sequence[float]) -> list[tuple[str, float]]:
@@ -114,6 +116,11 @@ class _VllmPage:
             "vllm:num_requests_running", "Number of requests in model execution batches.", labels=names)
         self.waiting = GaugeMetricFamily(
             "vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels=names)
+        self.by_reason = GaugeMetricFamily(
+            "vllm:num_requests_waiting_by_reason", "Number of waiting requests by reason. Reason labels: "
+            "'capacity' = waiting for scheduling capacity; 'deferred' = deferred by transient constraints "
+            "(LoRA budget, KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
+            labels=[*names, "reason"])
         if legacy:
             self.kv = GaugeMetricFamily(
                 "vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", labels=names)
@@ -156,6 +163,9 @@ class _VllmPage:
         engine = view.counters
         self.running.add_metric(values, float(view.running))
         self.waiting.add_metric(values, float(view.waiting))
+        if not self.legacy:  # vLLM 0.32's family (V1 engines)
+            self.by_reason.add_metric([*values, "capacity"], float(view.waiting - view.deferred))
+            self.by_reason.add_metric([*values, "deferred"], float(view.deferred))
         self.kv.add_metric(values, engine.kv_usage)
         states = {"awake": not view.asleep, "weights_offloaded": view.asleep, "discard_all": False}
         for state in SLEEP_STATES:
@@ -201,7 +211,7 @@ class _VllmPage:
             cpu_kv.add_metric([model], 0.0)
             families.extend([swapped, cpu_kv])
         else:
-            families.extend([self.sleep, self.prefix_queries, self.prefix_hits])
+            families.extend([self.by_reason, self.sleep, self.prefix_queries, self.prefix_hits])
         families.extend([self.cache_info, self.preemptions, self.prompt, self.generation, self.success,
                          self.iteration])
         families.extend(family for family, _, _, _ in self.fillers)

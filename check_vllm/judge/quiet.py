@@ -17,7 +17,7 @@ from check_vllm.contract.values import NO_PAUSE_ROUTE, PAUSED_YES, Instant, Memo
 from check_vllm.contract.vocab import KV_TRANSFER, OK, PAUSED, STALLING, STUCK, WARNING, Settings
 from check_vllm.judge import wording
 from check_vllm.judge.assess import finish
-from check_vllm.judge.compare import gauges
+from check_vllm.judge.compare import Rates, gauges
 from check_vllm.judge.proof import elapsed, instant
 
 _STALLED = (STALLING, STUCK)
@@ -51,14 +51,14 @@ def on_purpose(verdict: Verdict, reading: Reading, said: str | None, settings: S
     if said == PAUSED_YES or weights:
         how = "weights are moving in (vllm:rl_weight_update_operations_in_flight)" if weights else \
             "its server says the engine is paused (GET /is_paused)"
-        return _paused(memory, reading, how, settings, now)
+        return _paused(memory, reading, how, settings, now, _rates(verdict))
     if memory.paused is not None:  # the pause just ended, nothing moves: the stall's proof starts now, not at a
         # reading taken while it was paused (conservative: it may have resumed only just now)
         memory = memory._replace(paused=None, stalls=MappingProxyType({n: Streak(now, 1.0) for n in memory.stalls}))
     if _deferred(verdict, reading):
         quiet = _ended(memory)
         return finish(quiet, KV_TRANSFER, WARNING, wording.kv_transfer(gauges(reading)), gauges(reading), now,
-                      engines={n: KV_TRANSFER for n in reading.engines})
+                      engines={n: KV_TRANSFER for n in reading.engines}, rate_values=_rates(verdict))
     return verdict._replace(memory=memory)
 
 
@@ -67,10 +67,15 @@ def _ended(memory: Memory) -> Memory:
     return memory._replace(stalls=MappingProxyType({}), unanswered=None)
 
 
-def _paused(memory: Memory, reading: Reading, how: str, settings: Settings, now: Instant) -> Verdict:
+def _rates(verdict: Verdict) -> Rates:
+    """The rates the stall verdict measured: a quiet word changes what they mean, not what they were."""
+    return Rates(**{name: getattr(verdict, name) for name in Rates._fields})
+
+
+def _paused(memory: Memory, reading: Reading, how: str, settings: Settings, now: Instant, rates: Rates) -> Verdict:
     since = memory.paused or now
     span = max(elapsed(since, now) or 0.0, 0.0)
     g = gauges(reading)
     code = OK if span <= settings.pause_grace else WARNING
     return finish(_ended(memory)._replace(paused=since), PAUSED, code, wording.paused(how, span, settings.pause_grace, g),
-                  g, now, engines={n: PAUSED for n in reading.engines})
+                  g, now, engines={n: PAUSED for n in reading.engines}, rate_values=rates)

@@ -17,10 +17,14 @@ import re
 import signal
 import time
 
+import pytest
+
 from tests.incident.incident import IncidentLoad
 from tests.real_vllm.server import saturated
 
 from .rig import metrics, total
+
+pytestmark = pytest.mark.containers
 
 LOAD_TOKENS = 1000
 

@@ -165,6 +165,18 @@ CASES = [
          "kv_cache_usage=50%;;;0;100 prompt_tokens_per_second=0;;;0 running=2;;;0 stalled_seconds=<N>s;;;0 "
          "steps_per_second=0;;;0 tokens_per_second=0;;;0 waiting=2;;;0",
          runs=2),
+    # --- quiet on purpose (issue 29): the server explains the stall ------------------------------------------
+    Case("paused", "paused", ("--stuck-seconds", "0"), OK,
+         "VLLM OK - paused: its server says the engine is paused (GET /is_paused) for <N> s; 2 running, 2 waiting | "
+         "kv_cache_usage=50%;;;0;100 prompt_tokens_per_second=0;;;0 running=2;;;0 stalled_seconds=0s;;;0 "
+         "steps_per_second=0;;;0 tokens_per_second=0;;;0 waiting=2;;;0",
+         runs=2),
+    Case("kv-transfer", "kv_deferred", ("--stuck-seconds", "0"), WARNING,
+         "VLLM WARNING - kv transfer: every waiting request is deferred on a KV transfer (its prefill instance is "
+         "slow or gone; a restart here does not help); 0 running, 2 waiting | "
+         "kv_cache_usage=0%;;;0;100 prompt_tokens_per_second=0;;;0 running=0;;;0 stalled_seconds=0s;;;0 "
+         "steps_per_second=0;;;0 tokens_per_second=0;;;0 waiting=2;;;0",
+         runs=2),
     # The second reading races the simulator noticing that the timed-out probe hung up (it looks every 50 ms):
     # usually the abandoned probe still counts as 1 waiting, rarely it is gone already. Both lines are literal.
     # An unanswered idle probe needs the same proof as any stuck (issue 12): WARNING first, CRITICAL over readings.

@@ -22,6 +22,7 @@ SHOWN: dict[EngineMode, tuple[float, float]] = {
     EngineMode.STUCK: (2.0, 2.0),
     EngineMode.HUNG: (0.0, 0.0),
     EngineMode.SLEEPING: (0.0, 0.0),
+    EngineMode.DEFERRED: (0.0, 2.0),
 }
 #: The status ``GET /metrics`` answers for each kind of answer.
 STATUS: dict[MetricsAnswer, int] = {

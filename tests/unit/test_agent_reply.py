@@ -13,6 +13,7 @@ from check_vllm.haproxy import reply
 from check_vllm.haproxy.listen import parse_listen
 from check_vllm.haproxy.reply import ABSTAIN, DOWN, DRAIN, FAIL, NO_VERDICT, READY, TABLE, reply_for
 from check_vllm.haproxy.watch import Watch
+from check_vllm.observe import Observation
 from check_vllm.server.fetch import Endpoint
 
 HEALTH = {"up", "down", "fail", "stopped"}
@@ -115,7 +116,7 @@ def test_a_silent_loop_is_no_verdict(monkeypatch):
                   say=said.append, mono=clock, wall=clock)
     assert watch.answer().reply == NO_VERDICT  # before the first reading
     busy = Verdict(vocab.BUSY, OK, "2 running", Memory())
-    monkeypatch.setattr("check_vllm.observer.observe", lambda *a, **k: type("O", (), {"verdict": busy})())
+    monkeypatch.setattr("check_vllm.observer.observe", lambda *a, **k: Observation(busy))
     watch.judge()
     assert watch.answer().line() == "up ready #busy: 2 running\n"
     assert said == ["drain -> ready: busy: 2 running"]
