@@ -74,11 +74,13 @@ def heavy():
 
 @pytest.fixture(scope="session")
 def vllm_server(heavy, vllm_venv, tiny_model):
-    """A started VllmServer (tiny-llama, --max-num-seqs 2) on a free loopback port, stopped at the end."""
+    """A started VllmServer (tiny-llama, --max-num-seqs 2) on a free loopback port, stopped at the end. In dev
+    mode (VLLM_SERVER_DEV_MODE=1: /pause, /resume, /is_paused, as RL trainers run it), which changes nothing else
+    the tests read."""
     log_dir = CACHE_DIR / "logs"
     port = free_port()
     srv = VllmServer(vllm_venv, tiny_model, port=port, max_num_seqs=2,
-                     log_path=log_dir / f"vllm-{port}.log")
+                     log_path=log_dir / f"vllm-{port}.log", extra_env={"VLLM_SERVER_DEV_MODE": "1"})
     try:
         srv.start(timeout=240)
     except VllmStartError as exc:
