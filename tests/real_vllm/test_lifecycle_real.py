@@ -32,61 +32,61 @@ def count(counter: Path) -> int:
     return len(counter.read_text().splitlines()) if counter.exists() else 0
 
 
-def test_an_engine_dead_under_a_live_api_server_is_down_and_restarted_once(heavy, vllm_venv, tiny_model, check,  # noqa: F811
-                                                                            tmp_path):
-    srv = VllmServer(vllm_venv, tiny_model, port=free_port(), log_path=tmp_path / "keepalive.log",
-                     extra_env={"VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1"})
+def test_a_config_file_server_through_an_operators_restart_then_its_engine_dead_under_a_live_api_server(
+        heavy, vllm_venv, tiny_model, check, tmp_path):  # noqa: F811
+    """One server, two boots (the operator's restart is one): started `--config FILE` (the port only in the YAML)
+    with VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1."""
+    srv = VllmServer(vllm_venv, tiny_model, port=free_port(), log_path=tmp_path / "lifecycle.log",
+                     config_file=tmp_path / "vllm.yaml", extra_env={"VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1"})
+    assert "--port" not in srv.command() and "--config" in srv.command()
     srv.start(timeout=240)
-    pgid = srv.pid
     try:
-        assert check(srv.url, *FAST).code == 0
-        os.kill(srv.engine_core_pid(), signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while srv.get("/health", timeout=5).status_code != 503:  # the API server learns of it in ~0.5 s
-            assert time.monotonic() < deadline, "/health never turned 503"
-            time.sleep(0.2)
-        time.sleep(1.0)
-        dead = check(srv.url, *FAST)
-        assert (dead.code, dead.word) == (2, "down"), dead.out
-        assert "engine died" in dead.status, dead.out
-        assert srv.proc is not None and srv.proc.poll() is None, "the API server should live on (keep-alive)"
-        counter = tmp_path / "restarts.txt"
-        first = handler(srv.url, tmp_path / "state", counter)
-        assert count(counter) == 1, first.stdout + first.stderr  # f2970e2: "stopping", refused for ever
-        assert ": restarted: verdict 'down'" in first.stdout, first.stdout
-        again = handler(srv.url, tmp_path / "state", counter)  # the cooldown holds the next one
-        assert count(counter) == 1, again.stdout
+        operators_restart_reads_starting(srv, check, tmp_path)
+        engine_dead_is_down_and_restarted_once(srv, check, tmp_path)
     finally:
+        pgid = srv.pid
         srv.stop()
     assert group_members(pgid) == []
 
 
-def test_a_server_with_its_port_in_a_config_file_reads_starting_through_an_operators_restart(
-        heavy, vllm_venv, tiny_model, check, tmp_path):  # noqa: F811
-    srv = VllmServer(vllm_venv, tiny_model, port=free_port(), log_path=tmp_path / "config.log",
-                     config_file=tmp_path / "vllm.yaml")
-    assert "--port" not in srv.command() and "--config" in srv.command()
-    counter, state = tmp_path / "restarts.txt", tmp_path / "state"
-    srv.start(timeout=240)
-    try:
-        assert check(srv.url, *FAST).code == 0
-        srv.stop()  # the operator's restart: stop, then start; the next process loads its model
-        srv.start(wait=False)
-        seen = []
-        deadline = time.monotonic() + 240
-        while True:
-            r = check(srv.url, *FAST)
-            seen.append(r)
-            if r.code == 2:
-                handler(srv.url, state, counter)
-            if r.word not in ("starting", "stopping"):
-                break
-            assert time.monotonic() < deadline, [s.first for s in seen]
-            time.sleep(2.0)
-        words = [s.word for s in seen]
-        assert "starting" in words, [s.first for s in seen]  # f2970e2: down at once, and restarted mid-load
-        assert all(s.code != 2 for s in seen), [s.first for s in seen]
-        assert seen[-1].word in ("restarted", "idle"), [s.first for s in seen]
-        assert count(counter) == 0
-    finally:
-        srv.stop()
+def operators_restart_reads_starting(srv: VllmServer, check: Check, tmp_path: Path) -> None:  # noqa: F811
+    """f2970e2 found no process for the port (it is only in the file): down at once, restarted mid-load."""
+    counter, state = tmp_path / "restarts-restart.txt", tmp_path / "state"
+    assert check(srv.url, *FAST).code == 0
+    srv.stop()  # the operator's restart: stop, then start; the next process loads its model
+    srv.start(wait=False)
+    seen = []
+    deadline = time.monotonic() + 240
+    while True:
+        r = check(srv.url, *FAST)
+        seen.append(r)
+        if r.code == 2:
+            handler(srv.url, state, counter)
+        if r.word not in ("starting", "stopping"):
+            break
+        assert time.monotonic() < deadline, [s.first for s in seen]
+        time.sleep(2.0)
+    assert "starting" in [s.word for s in seen], [s.first for s in seen]
+    assert all(s.code != 2 for s in seen), [s.first for s in seen]
+    assert seen[-1].word in ("restarted", "idle"), [s.first for s in seen]
+    assert count(counter) == 0
+
+
+def engine_dead_is_down_and_restarted_once(srv: VllmServer, check: Check, tmp_path: Path) -> None:  # noqa: F811
+    """f2970e2's handler found the API server alive and served: "stopping", refused at every call."""
+    os.kill(srv.engine_core_pid(), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while srv.get("/health", timeout=5).status_code != 503:  # the API server learns of it in ~0.5 s
+        assert time.monotonic() < deadline, "/health never turned 503"
+        time.sleep(0.2)
+    time.sleep(1.0)
+    dead = check(srv.url, *FAST)
+    assert (dead.code, dead.word) == (2, "down"), dead.out
+    assert "engine died" in dead.status, dead.out
+    assert srv.proc is not None and srv.proc.poll() is None, "the API server should live on (keep-alive)"
+    counter = tmp_path / "restarts-dead.txt"
+    first = handler(srv.url, tmp_path / "state", counter)
+    assert count(counter) == 1, first.stdout + first.stderr
+    assert ": restarted: verdict 'down'" in first.stdout, first.stdout
+    again = handler(srv.url, tmp_path / "state", counter)  # the cooldown holds the next one
+    assert count(counter) == 1, again.stdout
