@@ -48,7 +48,7 @@ from check_vllm.contract.vocab import (
 )
 from check_vllm.judge.assess import assess
 from check_vllm.judge.proof import elapsed, instant
-from check_vllm.judge.quiet import asks_server, on_purpose
+from check_vllm.judge.quiet import asks_server, concerns, on_purpose
 from check_vllm.server import api, clock
 from check_vllm.server.fetch import Endpoint, FetchError
 
@@ -119,12 +119,15 @@ class _Calls:
         self.doing(f"the probe (POST /v1/completions, up to {self.options.probe_timeout:g} s)")
         budget = self.left(self.options.probe_timeout)
         outcome = api.complete(self.client, self.endpoint, model or "", budget, budget >= self.options.probe_timeout)
-        if outcome.kind != NO_ANSWER or outcome.status is None:  # a time-out: /health cannot say more
-            return outcome
-        self.doing("GET /health")  # a dead engine's words changed in 0.33: its /health did not
-        if api.engine_dead(self.client, self.endpoint, self.left(None)):
+        if outcome.kind == NO_ANSWER and outcome.status is not None and self.engine_dead():
             return outcome._replace(kind=ENGINE_DEAD, detail=f"{outcome.detail}; GET /health answered 503")
         return outcome
+
+    def engine_dead(self) -> bool:
+        """Asked after a 5xx only (a time-out is an event loop too busy to tell): a dead engine's words changed
+        in 0.33, its GET /health did not."""
+        self.doing("GET /health")
+        return api.engine_dead(self.client, self.endpoint, self.left(None))
 
 
 def observe(
@@ -147,10 +150,8 @@ def observe(
     return seen._replace(verdict=seen.verdict._replace(memory=carried))
 
 
-def _witness(calls: _Calls, kind: str) -> Witness | None:
-    """What the host sees of the server's process, asked only for a failure it can explain."""
-    if kind not in (DOWN, UNRESPONSIVE, NO_METRICS):
-        return None
+def _witness(calls: _Calls) -> Witness | None:
+    """What the host sees of the server's process."""
     from check_vllm.server import host
 
     calls.doing("looking for the server's process")
@@ -160,10 +161,8 @@ def _witness(calls: _Calls, kind: str) -> Witness | None:
 def _engine_said(calls: _Calls, failure: Failure) -> Failure:
     """A read answered with a 5xx: its API server may say the engine died (GET /health, on this path only; a
     time-out is an event loop too busy to tell, and is not asked again)."""
-    if failure.kind != UNRESPONSIVE or failure.status is None or failure.dead_engine:
-        return failure
-    calls.doing("GET /health")
-    if api.engine_dead(calls.client, calls.endpoint, calls.left(None)):
+    if failure.kind == UNRESPONSIVE and failure.status is not None and not failure.dead_engine \
+            and calls.engine_dead():
         return Failure(DOWN, f"{failure.detail}; GET /health answered 503", dead_engine=True)
     return failure
 
@@ -172,10 +171,10 @@ def _judged(calls: _Calls, memory: Memory, failure: Failure, settings: Settings,
             second_look: bool) -> Verdict:
     """The evidence of a run without a reading, gathered once, and its one judge (imported here: a run that got
     its reading never loads it)."""
-    from check_vllm.judge.silence import assess_failure
+    from check_vllm.judge.silence import LIFECYCLE, assess_failure
 
     failure = _engine_said(calls, failure)
-    witness = None if failure.dead_engine else _witness(calls, failure.kind)
+    witness = _witness(calls) if failure.kind in LIFECYCLE and not failure.dead_engine else None
     return assess_failure(memory, Evidence(failure, witness, marker, second_look), settings, calls.now())
 
 
@@ -274,6 +273,8 @@ def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: Instant
 def _explained(calls: _Calls, verdict: Verdict, got: Reading, settings: Settings) -> Verdict:
     """A stall its server may explain (paused on purpose, work deferred on a KV transfer): GET /is_paused is
     asked on this path only, and only where the judge says it may tell."""
+    if not concerns(verdict):
+        return verdict
     said = None
     if asks_server(verdict, got):
         calls.doing("GET /is_paused")

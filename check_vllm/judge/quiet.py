@@ -23,6 +23,11 @@ from check_vllm.judge.proof import elapsed, instant
 _STALLED = (STALLING, STUCK)
 
 
+def concerns(verdict: Verdict) -> bool:
+    """Whether this judgement has anything to add: a stall, or a pause to end (a run that sees neither skips it)."""
+    return verdict.word in _STALLED or verdict.memory.paused is not None
+
+
 def asks_server(verdict: Verdict, reading: Reading) -> bool:
     """Ask GET /is_paused: only for a stall, only when the weights gauge does not already say so, and never
     again of a process that answered 404."""

@@ -52,7 +52,7 @@ from check_vllm.judge.assess import finish
 from check_vllm.judge.proof import elapsed, extend, instant, lasted, proven
 
 #: Failures the host's process can explain (a loading, stopping or restarting server).
-_LIFECYCLE = (DOWN, UNRESPONSIVE, NO_METRICS)
+LIFECYCLE = (DOWN, UNRESPONSIVE, NO_METRICS)
 #: The run before saw no server at all: a failure now is nothing new, and gets no second look.
 _NOT_UP = (DOWN, PROTOCOL, UNREACHABLE)
 
@@ -228,7 +228,7 @@ def assess_failure(memory: Memory, evidence: Evidence, settings: Settings, now: 
     detail = failure.detail
     if evidence.witness is not None and evidence.witness.error:
         detail = f"{detail}; server process unknown: {evidence.witness.error}"
-    if failure.kind in _LIFECYCLE:
+    if failure.kind in LIFECYCLE:
         held = _host_explains(memory, saved, evidence, detail, settings, now)
         if held is not None:
             return held

@@ -146,9 +146,11 @@ def _unknown(message: str) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
+    given = sys.argv[1:] if argv is None else argv
+    if not any(arg.startswith("--probe") for arg in given):  # a plain check never loads the probe's glue
+        _check(argv)
     from check_vllm.nagios import probe
 
-    given = sys.argv[1:] if argv is None else argv
     kind = probe.kind_in(given)
     if kind is not None:  # a probe answers 0/1 and one line, whatever happens in the run (exit 2, 3, a bug)
         probe.guard(kind, lambda: _check(argv), probe.verbose_in(given))
