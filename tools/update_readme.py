@@ -1,7 +1,8 @@
 """Regenerate what the docs carry from the code, so none of it drifts: the usage block of docs/usage.md from
 `check_vllm --help`, the agent's in docs/haproxy-agent.md from `check_vllm_agent --help`, the README's
 verdict table from the contract's table (check_vllm.contract.vocab.VERDICTS), docs/probes.md's probe table from
-check_vllm.contract.probes, and the README's reliability tables from
+check_vllm.contract.probes, docs/how-it-decides.md's sample lines (from the golden table of
+tests/e2e/test_golden.py) and exit-code table, and the README's reliability tables from
 the report of one 60-minute soak (docs/soak-60min.json, written by `SOAK_MINUTES=60 tox -e soak`).
 
 Run `python tools/update_readme.py`; tests/unit/test_readme.py fails when any of them is stale.
@@ -28,6 +29,22 @@ HANDLER = USAGE.parent / "handler.md"
 H_START, H_END = "<!-- handler-usage:start -->", "<!-- handler-usage:end -->"
 PROBES = USAGE.parent / "probes.md"
 P_START, P_END = "<!-- probes:start -->", "<!-- probes:end -->"
+DECIDES = USAGE.parent / "how-it-decides.md"
+S_START, S_END = "<!-- samples:start -->", "<!-- samples:end -->"
+E_START, E_END = "<!-- exit-codes:start -->", "<!-- exit-codes:end -->"
+#: What ends a run with each code besides the verdict words that carry it (the contract table owns those).
+OTHER_CAUSES = (
+    "",
+    "a `-w`/`--kv-warning` range breached; idle with the probe rejected (4xx) or cut short by `-t`; the state "
+    "file could not be saved (judged on the run alone)",
+    "a `-c`/`--kv-critical` range breached",
+    "bad usage, `--help`, `--version`; the `-t` timeout (says what it was waiting for); the state lock held by "
+    "another run for too long; a state directory others may write; an internal error (message on stdout, "
+    "traceback on stderr only)",
+)
+#: Example values for the golden table's placeholders (tests/e2e/test_golden.py pins every line with them).
+EXAMPLES = {"<N>": "12", "<HH:MM:SS>": "05:22:58", "{url}": "http://127.0.0.1:8000", "{server_pid}": "4242",
+            "{state}": "/var/lib/check_vllm"}
 
 
 def help_of(parser_module: str) -> str:
@@ -114,6 +131,44 @@ def render_probes(text: str) -> str:
     return _between(text, P_START, P_END, probes())
 
 
+def exit_codes() -> str:
+    """docs/how-it-decides.md's exit-code table: the words of each state from the contract table, and the rest."""
+    from check_vllm.contract.vocab import CODE_NAMES, VERDICTS
+
+    rows = ["| code | state | verdict words | also |", "|---|---|---|---|"]
+    for code, name in enumerate(CODE_NAMES):
+        words = ", ".join(f"`{w.word}`" + (" (restartable)" if w.restartable and code == 2 else "")
+                          for w in VERDICTS if code in w.states)
+        rows.append(f"| {code} | {name} | {words} | {OTHER_CAUSES[code]} |")
+    return "\n".join(rows) + "\n"
+
+
+def samples() -> str:
+    """One sample line per verdict word and state, taken from the golden table (each line pinned there by a
+    run of the installed check), placeholders filled with example values."""
+    sys.path.insert(0, str(README.parent))
+    from check_vllm.contract.vocab import CODE_NAMES, VERDICTS
+    from tests.e2e.test_golden import CASES
+
+    lines = [line for c in CASES for line in ((c.line,) if isinstance(c.line, str) else c.line[:1])
+             if not any(aside in line for aside in ("outside range", "state not saved", "first reading"))]
+    out = []
+    for w in VERDICTS:
+        for state in w.states:
+            head = f"VLLM {CODE_NAMES[state]} - {w.word}:"
+            line = next((ln for ln in lines if ln.startswith(head)), None)
+            if line is None:
+                continue
+            for mark, example in EXAMPLES.items():
+                line = line.replace(mark, example)
+            out.append(line if not out else line.split(" | ")[0] + " | ...")
+    return "```\n" + "\n".join(out) + "\n```\n"
+
+
+def render_decides(text: str) -> str:
+    return _between(_between(text, S_START, S_END, samples()), E_START, E_END, exit_codes())
+
+
 def _words(sequence: str) -> Counter[str]:
     """The soak report's verdict sequence ('busy x3 > stalling/W > stuck/C!', tests/soak/report.py's _seq)
     as counts per word."""
@@ -177,7 +232,7 @@ def render_readme(text: str) -> str:
 
 if __name__ == "__main__":
     for path, renderer in ((USAGE, render), (AGENT, render_agent), (README, render_readme), (PROBES, render_probes),
-                           (HANDLER, render_handler)):
+                           (HANDLER, render_handler), (DECIDES, render_decides)):
         text = path.read_text()
         new = renderer(text)
         if new != text:

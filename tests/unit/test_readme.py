@@ -117,3 +117,24 @@ def test_the_handler_help_block_is_current(monkeypatch):
     assert tool.render_handler(text) == text, "docs/handler.md is stale: run `python tools/update_readme.py`"
     stale = text.replace("--cooldown S", "--cooldown SECONDS", 1)
     assert stale != text and tool.render_handler(stale) != stale
+
+
+def test_the_samples_and_the_exit_code_table_are_current():
+    """docs/how-it-decides.md: a sample line for every word and state the golden table pins, and the exit-code
+    table from the contract table (issue 31: protocol was missing from the hand-typed one)."""
+    from check_vllm.contract.vocab import CODE_NAMES, VERDICTS
+
+    tool = _tool()
+    text = tool.DECIDES.read_text()
+    for start, end in ((tool.S_START, tool.S_END), (tool.E_START, tool.E_END)):
+        assert text.count(start) == text.count(end) == 1
+    assert tool.render_decides(text) == text, "docs/how-it-decides.md is stale: run `python tools/update_readme.py`"
+    samples = text.split(tool.S_START, 1)[1].split(tool.S_END, 1)[0]
+    assert {w.word for w in VERDICTS} == {w.word for w in VERDICTS if f" - {w.word}: " in samples}
+    table = text.split(tool.E_START, 1)[1].split(tool.E_END, 1)[0]
+    for w in VERDICTS:
+        for state in w.states:
+            row = next(ln for ln in table.splitlines() if ln.startswith(f"| {state} | {CODE_NAMES[state]} |"))
+            assert f"`{w.word}`" in row, (w.word, row)
+    stale = text.replace("`unreachable`, `protocol`", "`unreachable`", 1)
+    assert stale != text and tool.render_decides(stale) != stale
