@@ -7,11 +7,12 @@ life outside the handler's restarts (tests/e2e/test_lifecycle.py, tests/handler/
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.rig.ports import free_port  # noqa: F401  (re-exported: one owner, tests/rig)
 
 SCRIPT = """\
 import re, socket, sys, time
@@ -41,12 +42,6 @@ time.sleep(600)
 
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Loaders:

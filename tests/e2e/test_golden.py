@@ -19,7 +19,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any
 import pytest
 
 from check_vllm.contract.vocab import WORDS
+from tests.rig.scripts import script
 from vllm_simulator import Simulator
 
 from .conftest import FAST
@@ -36,14 +36,8 @@ from .conftest import FAST
 OK, WARNING, CRITICAL = 0, 1, 2
 
 
-def _script(name: str) -> str:
-    """The console script of this interpreter's environment (PATH need not include it), else PATH's."""
-    path = Path(sysconfig.get_path("scripts")) / name
-    return str(path) if path.exists() else (shutil.which(name) or "")
-
-
-CHECK = _script("check_vllm")
-RESTART = _script("check_vllm_restart")
+CHECK = script("check_vllm")
+RESTART = script("check_vllm_restart")
 #: Between two runs of one case: more than --min-gap (FAST), so the second run compares instead of repeating.
 GAP = 0.4
 #: Common to every run; a row's own arguments come later and win (argparse keeps the last value).

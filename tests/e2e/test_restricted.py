@@ -28,7 +28,7 @@ from check_vllm.netdata.config import Job
 from check_vllm.observe import RESTRICTED_RETRY
 from check_vllm.server import api, reading
 from check_vllm.server.reading import parse
-from tests.hardening.conftest import Answer, Loopback, answer
+from tests.rig.loopback import Answer, Loopback, answer
 from vllm_simulator import Simulator
 
 from .conftest import FAST

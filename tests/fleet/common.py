@@ -2,48 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.rig.scripts import Result, script
+
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
-
-
-def script(name: str) -> str:
-    """The console script next to this interpreter (the venv under test), else the one on PATH."""
-    beside = Path(sys.executable).with_name(name)
-    found = str(beside) if os.access(beside, os.X_OK) else shutil.which(name)
-    if not found:
-        pytest.fail(f"{name} is not installed next to {sys.executable} nor on PATH (pip install -e .)", pytrace=False)
-    return found
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def first(self) -> str:
-        return self.out.splitlines()[0] if self.out else ""
-
-    @property
-    def status(self) -> str:
-        """The words after 'VLLM STATE - ' and before the perfdata."""
-        return self.first.split(" | ")[0].split(" - ", 1)[-1]
-
-    @property
-    def word(self) -> str:
-        return self.status.split(":", 1)[0]
-
-    def __str__(self) -> str:
-        return f"exit {self.code}: {self.first!r}" + (f" (stderr {self.err[-300:]!r})" if self.err.strip() else "")
 
 
 def run_check(state_dir: Path, *args: str, timeout: float = 60) -> Result:

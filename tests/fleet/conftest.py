@@ -9,25 +9,11 @@ installed or started FAILS its tests with the reason and a log tail. Every proce
 
 from __future__ import annotations
 
-import time
+from tests.rig.timings import Timings
 
-TIMINGS: dict[str, float] = {}
+TIMINGS = Timings("fleet")
+Timer = TIMINGS.timer
 
 
 def pytest_terminal_summary(terminalreporter):
-    if TIMINGS:
-        terminalreporter.write_sep("-", "fleet tier timings")
-        for k, v in TIMINGS.items():
-            terminalreporter.write_line(f"{k}: {v:.1f}s")
-
-
-class Timer:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __enter__(self):
-        self.t0 = time.monotonic()
-        return self
-
-    def __exit__(self, *exc):
-        TIMINGS[self.name] = time.monotonic() - self.t0
+    TIMINGS.summary(terminalreporter)

@@ -8,20 +8,19 @@ that gives no answer at all, over the same proof as "stuck" (--stuck-readings ru
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-import sysconfig
 import threading
 import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
+from tests.rig.scripts import script
+
 from .conftest import CRITICAL, FAST, OK, WARNING, Answer, Loopback, answer
 
 PAGES = Path(__file__).resolve().parents[1] / "fixtures" / "real"
-_SCRIPT = Path(sysconfig.get_path("scripts")) / "check_vllm_restart"
-HANDLER = str(_SCRIPT) if _SCRIPT.exists() else (shutil.which("check_vllm_restart") or "")
+HANDLER = script("check_vllm_restart")
 
 
 def slow_page(seconds: float, stop: threading.Event):

@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from collections.abc import Iterator
@@ -27,16 +26,14 @@ from check_vllm.contract.values import Instant
 from check_vllm.memory.marker import marker_json, marker_path
 from check_vllm.memory.statefile import check_file, write_json
 from check_vllm.restart.history import history_file
-from tests.loading_vllm import free_port
+from tests.rig.ports import free_port
+from tests.rig.scripts import script
 from vllm_simulator import Simulator
 
 from .conftest import CRITICAL, FAST, OK, UNKNOWN
 
 USER, NEIGHBOUR = 65534, 65533
-_BIN = Path(sysconfig.get_path("scripts"))
-CHECK = str(_BIN / "check_vllm") if (_BIN / "check_vllm").exists() else shutil.which("check_vllm") or ""
-HANDLER = str(_BIN / "check_vllm_restart") if (_BIN / "check_vllm_restart").exists() else \
-    shutil.which("check_vllm_restart") or ""
+CHECK, HANDLER = script("check_vllm"), script("check_vllm_restart")
 AS_USER = ("setpriv", f"--reuid={USER}", f"--regid={USER}", "--clear-groups", "--inh-caps=+dac_read_search",
            "--ambient-caps=+dac_read_search")
 

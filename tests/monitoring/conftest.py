@@ -7,30 +7,16 @@ default tier. Nothing here skips: see harness.py.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-TIMINGS: dict[str, float] = {}
+from tests.rig.timings import Timings
+
+TIMINGS = Timings("monitoring")
+Timer = TIMINGS.timer
 
 
 def pytest_terminal_summary(terminalreporter):
-    if TIMINGS:
-        terminalreporter.write_sep("-", "monitoring tier timings")
-        for k, v in TIMINGS.items():
-            terminalreporter.write_line(f"{k}: {v:.1f}s")
-
-
-class Timer:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __enter__(self):
-        self.t0 = time.monotonic()
-        return self
-
-    def __exit__(self, *exc):
-        TIMINGS[self.name] = time.monotonic() - self.t0
+    TIMINGS.summary(terminalreporter)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.package import layout
+from tests.rig.ports import free_port  # noqa: F401  (re-exported: one owner, tests/rig)
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -36,12 +36,6 @@ def ensure_installed() -> None:
     if out.returncode != 0:
         pytest.fail(f"{script} failed (exit {out.returncode}); Icinga 2 / Nagios 4 are needed for this tier:\n"
                     f"{out.stdout[-2000:]}{out.stderr[-3000:]}", pytrace=False)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tail(path: Path, n: int = 40) -> str:

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.package import layout
+from tests.rig.ports import free_port  # noqa: F401  (re-exported: one owner, tests/rig)
 
 REPO = Path(__file__).resolve().parents[2]
 CONTRIB = REPO / "contrib" / "netdata"
@@ -35,12 +35,6 @@ def netdata_binary() -> str:
     if not found:
         raise NetdataError(f"no netdata binary: run `bash {DEPS}` (Debian package netdata)")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 _INTERNAL_OFF = ("proc", "diskspace", "cgroups", "tc", "idlejitter", "checks", "apps", "python.d", "charts.d",

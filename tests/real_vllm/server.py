@@ -31,6 +31,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.rig.ports import free_port  # noqa: F401  (re-exported: one owner, tests/rig)
+
 SERVED_MODEL_NAME = "tiny-llama"
 AUTOGROUP_SH = 'echo 19 > /proc/self/autogroup && exec "$@"'
 SERVER_ENV = {
@@ -45,12 +47,6 @@ SERVER_ENV = {
 
 class VllmStartError(RuntimeError):
     """The server did not become healthy; the message carries the log tail."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------- /proc helpers

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import http.server
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -29,13 +28,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import Result
+from tests.rig.scripts import Result, script
 
 from .server import VllmServer, group_members, idle, sample_sum, saturated
 
 pytestmark = pytest.mark.real_vllm
 
-CHECK = shutil.which("check_vllm") or ""
+CHECK = script("check_vllm")
 from check_vllm.contract.vocab import CRITICAL, OK, UNKNOWN, WARNING  # noqa: E402  (one owner for the codes)
 
 CODE_OF = {"OK": OK, "WARNING": WARNING, "CRITICAL": CRITICAL, "UNKNOWN": UNKNOWN}

@@ -26,7 +26,7 @@ from check_vllm.memory import codec as memory
 from check_vllm.memory.statefile import check_file
 from check_vllm.server import api, reading
 from check_vllm.server.reading import parse
-from tests.e2e.conftest import Result
+from tests.rig.scripts import Result
 
 from .server import VllmServer, _stat_fields, parse_samples, saturated
 from .test_check_real import CHECK, CRITICAL, FAST, LONG, OK, WARNING, checked, ensure_idle

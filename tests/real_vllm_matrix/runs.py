@@ -4,17 +4,16 @@ scenario of the release matrix shares (the `check` fixture itself is in conftest
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from check_vllm.contract.vocab import CRITICAL, OK, UNKNOWN, WARNING
-from tests.e2e.conftest import Result
 from tests.real_vllm.server import VllmServer, sample_sum
+from tests.rig.scripts import Result, script
 
-CHECK = shutil.which("check_vllm") or ""
+CHECK = script("check_vllm")
 CODE_OF = {"OK": OK, "WARNING": WARNING, "CRITICAL": CRITICAL, "UNKNOWN": UNKNOWN}
 GAP = 0.5                       # --min-gap: runs closer than this repeat the last verdict
 FAST = ("--min-gap", str(GAP), "--reread-delay", "1")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from check_vllm.contract.values import Memory, Reading, Verdict
 from check_vllm.contract.vocab import CRITICAL, OK, WARNING, Settings
 from check_vllm.judge.assess import assess
 from check_vllm.server.reading import parse
-from tests.e2e.conftest import Result
+from tests.rig.scripts import Result, script
 
 PAGES = Path(__file__).resolve().parent.parent / "fixtures" / "real"
 T0 = 1_796_016_500.0  # after the recorded processes started (process_start_time_seconds ~1796016248)
@@ -100,7 +99,7 @@ def test_saturated_then_restarted_is_restarted_and_never_compares_counters():
 
 # --------------------------------------------------------------------------- end to end, installed check
 
-CHECK = shutil.which("check_vllm") or ""
+CHECK = script("check_vllm")
 
 
 class _Pages(http.server.ThreadingHTTPServer):

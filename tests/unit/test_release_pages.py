@@ -14,7 +14,6 @@ from __future__ import annotations
 import http.server
 import json
 import re
-import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from check_vllm.contract.values import Memory, Reading, Verdict
 from check_vllm.contract.vocab import CRITICAL, OK, WARNING, Settings
 from check_vllm.judge.assess import assess
 from check_vllm.server.reading import parse
-from tests.e2e.conftest import Result
+from tests.rig.scripts import Result, script
 
 REAL = Path(__file__).resolve().parent.parent / "fixtures" / "real"
 NAMES = ("idle", "saturated", "saturated_b", "frozen_a", "frozen_b", "restarted")
@@ -113,7 +112,7 @@ def test_restarted_page_is_a_new_process_never_compared(pages: Pages):
 
 # --------------------------------------------------------------------------- end to end, installed check
 
-CHECK = shutil.which("check_vllm") or ""
+CHECK = script("check_vllm")
 
 
 class _Server(http.server.ThreadingHTTPServer):
