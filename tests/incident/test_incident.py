@@ -33,7 +33,7 @@ import time
 
 import pytest
 
-from tests.monitoring.test_icinga2 import schedule_downtime
+from tests.monitoring.icinga2 import schedule_downtime
 from tests.real_vllm.server import Load, sample_sum, saturated
 
 from .incident import (
