@@ -45,7 +45,7 @@ from check_vllm.memory.statefile import check_file
 from check_vllm.server.reading import parse
 
 ROOT = Path(__file__).resolve().parent.parent
-# The checkout, after the installed package: the simulator (not in the wheel) and tests.real_vllm.server,
+# The checkout, after the installed package: the simulator (not in the wheel) and tests.rig.vllm_server,
 # the harness that starts a real vLLM.
 sys.path.append(str(ROOT))
 from procstat import cpu_ticks  # noqa: E402  (bench/, the script's own directory)
@@ -307,8 +307,8 @@ def bench_real(state: Path, runs: int, wait: float) -> dict[str, float] | str:
     venv = Path(os.environ.get("VLLM_VENV") or Path.home() / ".cache" / "check_vllm" / "vllm-venv")
     if not (venv / "bin" / "python").exists():
         return f"no real vLLM venv at {venv} (run .ci/vllm-env.sh to create it): not measured"
-    from tests.heavy_lock import HeavyLock
-    from tests.real_vllm.server import (
+    from tests.rig.heavy_lock import HeavyLock
+    from tests.rig.vllm_server import (
         CACHE_DIR,
         VllmServer,
         VllmSetupError,

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.real_vllm.server import VllmSetupError, ensure_tiny_model, ensure_venv, free_port
+from tests.rig.heavy_lock import HeavyLock
+from tests.rig.tiers import mark_tier, version_of, write_summary
+from tests.rig.vllm_server import VllmSetupError, ensure_tiny_model, ensure_venv, free_port
 
-from ..heavy_lock import HeavyLock
-from ..tiers import mark_tier, version_of, write_summary
 from .rig import (
     Dockerd,
     Knobs,

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from tests.real_vllm.server import SERVED_MODEL_NAME, SERVER_ENV, parse_samples
+from tests.rig.vllm_server import SERVED_MODEL_NAME, SERVER_ENV, parse_samples
 
 REPO = Path(__file__).resolve().parents[2]
 RESTARTER = REPO / "contrib" / "docker" / "restart-unhealthy"

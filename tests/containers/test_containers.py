@@ -20,7 +20,7 @@ import time
 import pytest
 
 from tests.incident.incident import IncidentLoad
-from tests.real_vllm.server import saturated
+from tests.rig.vllm_server import saturated
 
 from .rig import metrics, total
 

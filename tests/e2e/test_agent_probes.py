@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.loading_vllm import free_port
+from tests.rig.loading_vllm import free_port
 from vllm_simulator import Simulator
 
 

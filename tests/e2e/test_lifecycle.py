@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from check_vllm.server import host, processes
-from tests.loading_vllm import Loaders, free_port, loaders
+from tests.rig.loading_vllm import Loaders, free_port, loaders
 
 PERF = (" | kv_cache_usage=U;;;0;100 prompt_tokens_per_second=U;;;0 running=U;;;0 stalled_seconds=U;;;0 "
         "steps_per_second=U;;;0 tokens_per_second=U;;;0 waiting=U;;;0")

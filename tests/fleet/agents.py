@@ -22,7 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .. import loading_vllm
+from tests.rig import loading_vllm
+
 from ..monitoring.harness import REPO, free_port, tail
 from .common import localise, script
 from .haproxy import HAProxy
@@ -195,12 +196,12 @@ def first_time(what: str, cond: Callable[[], bool], timeout: float, every: float
 
 
 class Loaders(loading_vllm.Loaders):
-    """tests/loading_vllm.py's loading server, with SO_REUSEADDR as vLLM's own create_server_socket sets it: the
+    """tests/rig/loading_vllm.py's loading server, with SO_REUSEADDR as vLLM's own create_server_socket sets it: the
     port it takes over from the old process still holds that process's closed connections (TIME_WAIT)."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
         plain = "s = socket.socket()\n"
-        assert plain in loading_vllm.SCRIPT, "tests/loading_vllm.py changed: update the agent tier's loader"
+        assert plain in loading_vllm.SCRIPT, "tests/rig/loading_vllm.py changed: update the agent tier's loader"
         self.script.write_text(loading_vllm.SCRIPT.replace(
             plain, plain + "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"))

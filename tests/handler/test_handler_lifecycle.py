@@ -17,7 +17,7 @@ import pytest
 from check_vllm.contract.values import Instant
 from check_vllm.memory.statefile import check_file
 from check_vllm.restart.policy import Event, screen
-from tests.loading_vllm import Loaders, free_port
+from tests.rig.loading_vllm import Loaders, free_port
 
 
 @pytest.fixture

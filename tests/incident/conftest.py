@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from tests.monitoring.harness import ensure_installed, free_port
-from tests.real_vllm.server import VllmSetupError, ensure_tiny_model, ensure_venv
+from tests.rig.heavy_lock import HeavyLock
+from tests.rig.tiers import mark_tier, version_of, write_summary
+from tests.rig.vllm_server import VllmSetupError, ensure_tiny_model, ensure_venv
 
-from ..heavy_lock import HeavyLock
-from ..tiers import mark_tier, version_of, write_summary
 from .incident import IcingaWithTimes, Watchdog, World, plugin_dir, restart_service_conf, service_conf, summary
 from .supervisor import Supervisord, SupervisorError
 

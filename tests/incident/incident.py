@@ -24,7 +24,7 @@ import httpx
 
 from tests.monitoring.harness import icinga_value, tail
 from tests.monitoring.icinga2 import HOST, Icinga2
-from tests.real_vllm.server import SERVED_MODEL_NAME, Load, sample_sum
+from tests.rig.vllm_server import SERVED_MODEL_NAME, Load, sample_sum
 
 from .supervisor import Supervisord, _UnixTransport
 

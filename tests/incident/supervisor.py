@@ -24,7 +24,7 @@ import time
 import xmlrpc.client
 from pathlib import Path
 
-from tests.real_vllm.server import SERVED_MODEL_NAME, SERVER_ENV, group_members, proc_cmdline, proc_comm
+from tests.rig.vllm_server import SERVED_MODEL_NAME, SERVER_ENV, group_members, proc_cmdline, proc_comm
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "contrib" / "supervisor" / "vllm.conf"

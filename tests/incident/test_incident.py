@@ -34,7 +34,7 @@ import time
 import pytest
 
 from tests.monitoring.icinga2 import schedule_downtime
-from tests.real_vllm.server import Load, sample_sum, saturated
+from tests.rig.vllm_server import Load, sample_sum, saturated
 
 from .incident import (
     CHECK_INTERVAL,

@@ -6,7 +6,7 @@ Run with:  python -m pytest tests/real_vllm -m real_vllm -q -p no:cacheprovider
 Policy: nothing here skips. If vLLM cannot be installed (.ci/vllm-env.sh), the model cannot be generated,
 or the server does not start, every test using `vllm_server` FAILS with the reason and the log tail.
 The first run installs vLLM into a cached venv (~2 min, ~3.4 GB); later runs reuse it (< 1 s).
-The server runs under the machine's heavy lock (tests/heavy_lock.py), as in every real-vLLM tier.
+The server runs under the machine's heavy lock (tests/rig/heavy_lock.py), as in every real-vLLM tier.
 """
 
 from __future__ import annotations
@@ -16,9 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from ..heavy_lock import HeavyLock
-from ..tiers import mark_tier
-from .server import CACHE_DIR, VllmServer, VllmSetupError, VllmStartError, ensure_tiny_model, ensure_venv, free_port
+from tests.rig.heavy_lock import HeavyLock
+from tests.rig.tiers import mark_tier
+from tests.rig.vllm_server import (
+    CACHE_DIR,
+    VllmServer,
+    VllmSetupError,
+    VllmStartError,
+    ensure_tiny_model,
+    ensure_venv,
+    free_port,
+)
 
 HERE = Path(__file__).resolve().parent
 TIMINGS: dict[str, float] = {}

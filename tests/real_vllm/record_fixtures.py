@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 if __package__:
-    from .server import (
+    from tests.rig.vllm_server import (
         CACHE_DIR,
         REPO_ROOT,
         VllmServer,

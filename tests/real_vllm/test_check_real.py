@@ -29,8 +29,7 @@ import httpx
 import pytest
 
 from tests.rig.scripts import Result, script
-
-from .server import VllmServer, group_members, idle, sample_sum, saturated
+from tests.rig.vllm_server import VllmServer, group_members, idle, sample_sum, saturated
 
 pytestmark = pytest.mark.real_vllm
 

@@ -11,7 +11,8 @@ import signal
 
 import pytest
 
-from .server import VllmServer
+from tests.rig.vllm_server import VllmServer
+
 from .test_check_real import CRITICAL, FAST, OK, WARNING, Check, check, ensure_idle, run_until
 
 pytestmark = pytest.mark.real_vllm

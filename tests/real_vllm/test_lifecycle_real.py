@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from .server import VllmServer, free_port, group_members
+from tests.rig.vllm_server import VllmServer, free_port, group_members
+
 from .test_check_real import CHECK, FAST, Check, check  # noqa: F401  (the fixture, shared)
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.real_vllm_last]

@@ -14,8 +14,8 @@ import pytest
 
 from check_vllm.netdata.collector import JobCollector
 from check_vllm.netdata.config import Job
+from tests.rig.vllm_server import VllmServer, saturated
 
-from .server import VllmServer, saturated
 from .test_check_real import LONG, ensure_idle
 
 pytestmark = pytest.mark.real_vllm

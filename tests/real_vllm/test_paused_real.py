@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .server import VllmServer
+from tests.rig.vllm_server import VllmServer
+
 from .test_check_real import FAST, Check, check  # noqa: F401  (the fixture, shared)
 
 pytestmark = pytest.mark.real_vllm

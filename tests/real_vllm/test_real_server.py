@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from .server import idle, parse_samples, sample_sum, saturated
+from tests.rig.vllm_server import idle, parse_samples, sample_sum, saturated
 
 pytestmark = pytest.mark.real_vllm
 

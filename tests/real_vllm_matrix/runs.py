@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from check_vllm.contract.vocab import CRITICAL, OK, UNKNOWN, WARNING
-from tests.real_vllm.server import VllmServer, sample_sum
 from tests.rig.scripts import Result, script
+from tests.rig.vllm_server import VllmServer, sample_sum
 
 CHECK = script("check_vllm")
 CODE_OF = {"OK": OK, "WARNING": WARNING, "CRITICAL": CRITICAL, "UNKNOWN": UNKNOWN}

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from check_vllm.contract.vocab import CRITICAL, OK, WARNING
-from tests.real_vllm.server import CACHE_DIR, VllmStartError, free_port, parse_samples, proc_comm, sample_sum
+from tests.rig.vllm_server import CACHE_DIR, VllmStartError, free_port, parse_samples, proc_comm, sample_sum
 
 from .harness import NOTES, ServeServer, write_vllm_metadata
 from .runs import FAST, LONG, PAUSE, STUCK, Check, completions, finished, run_until, runner, settled

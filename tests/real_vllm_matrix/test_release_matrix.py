@@ -28,7 +28,7 @@ import time
 import pytest
 
 from check_vllm.contract.vocab import CRITICAL, OK, WARNING
-from tests.real_vllm.server import group_members, idle, sample_sum, saturated
+from tests.rig.vllm_server import group_members, idle, sample_sum, saturated
 
 from .harness import NOTES, ReleaseServer
 from .runs import FAST, GAP, LONG, PAUSE, STUCK, Check, completions, finished, run_until, settled

@@ -23,10 +23,10 @@ from tests.incident.incident import IcingaWithTimes, Watchdog, World, plugin_dir
 from tests.incident.incident import service_conf as incident_service
 from tests.incident.supervisor import Supervisord, SupervisorError
 from tests.monitoring.harness import ensure_installed, free_port
-from tests.real_vllm.server import VllmSetupError, ensure_tiny_model, ensure_venv
+from tests.rig.heavy_lock import HeavyLock
+from tests.rig.tiers import mark_tier, write_reports
+from tests.rig.vllm_server import VllmSetupError, ensure_tiny_model, ensure_venv
 
-from ..heavy_lock import HeavyLock
-from ..tiers import mark_tier, write_reports
 from . import faults as faults_mod
 from .report import analyse, markdown
 from .sampler import Sampler

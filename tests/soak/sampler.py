@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.real_vllm.server import sample_sum
+from tests.rig.vllm_server import sample_sum
 
 NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total",
          "vllm:prompt_tokens_total", "http_requests_total", "process_start_time_seconds")

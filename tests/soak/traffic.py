@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import httpx
 
-from tests.real_vllm.server import SERVED_MODEL_NAME
+from tests.rig.vllm_server import SERVED_MODEL_NAME
 
 from .settings import MAX_MODEL_LEN, MAX_NUM_SEQS
 

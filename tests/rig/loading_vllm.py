@@ -41,7 +41,7 @@ time.sleep(600)
 """
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Loaders:

@@ -2,7 +2,7 @@
 
 Runs inside the vLLM virtualenv (it needs torch, transformers and tokenizers), never touches a hub:
 
-    $VLLM_VENV/bin/python tests/real_vllm/make_tiny_model.py OUT_DIR
+    $VLLM_VENV/bin/python tests/rig/make_tiny_model.py OUT_DIR
 
 Model: LlamaForCausalLM, hidden 128, 2 layers, 4 heads (head size 32: vLLM's CPU attention backend only
 accepts 32, 64, 80 or more), intermediate 256, max positions 2048, float32, safetensors.
