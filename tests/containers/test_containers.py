@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tests.incident.incident import IncidentLoad
+from tests.incident.incident import IncidentLoad, wait
 from tests.rig.vllm_server import saturated
 
 from .rig import metrics, total
@@ -27,17 +27,6 @@ from .rig import metrics, total
 pytestmark = pytest.mark.containers
 
 LOAD_TOKENS = 1000
-
-
-def wait(what: str, predicate, timeout: float, interval: float = 0.5, diag=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}\n{diag()}")
-        time.sleep(interval)
 
 
 def healthy_so_far(world, t0: float = 0.0) -> None:

@@ -43,25 +43,6 @@ def test_idle_page_probes_once(server: PageServer, tmp_path: Path):
     assert server.log == [("GET", "/metrics"), ("POST", "/v1/completions")]
 
 
-def test_busy_then_frozen_then_restarted(server: PageServer, tmp_path: Path):
-    run = _runner(server, tmp_path, "0.32.0")
-    r = run("saturated", "saturated_b")  # no baseline: the check reads twice in one run
-    assert (r.code, r.word) == (OK, "busy"), r.out
-    assert float(r.perf["tokens_per_second"]) > 0 and r.perf["running"] == "2" and r.perf["waiting"] == "3"
-    assert server.log == [("GET", "/metrics")] * 2
-    r = run("frozen_a")
-    assert (r.code, r.word) == (OK, "busy"), r.out
-    r = run("frozen_b")
-    assert (r.code, r.word) == (WARNING, "stalling"), r.out
-    r = run("frozen_b")
-    assert (r.code, r.word) == (CRITICAL, "stuck"), r.out
-    assert server.log == [("GET", "/metrics")], "no inference request at a server with work"
-    r = run("restarted")
-    assert (r.code, r.word) == (OK, "restarted"), r.out
-    assert r.perf["tokens_per_second"] == "U" and r.perf["steps_per_second"] == "U", r.out
-    assert server.log == [("GET", "/metrics"), ("POST", "/v1/completions")]  # idle new process: probed
-
-
 def test_proxy_reads_only_models(server: PageServer, tmp_path: Path):
     r = _runner(server, tmp_path, "0.32.0")("saturated", extra=("--proxy",))
     assert (r.code, r.word) == (OK, "proxy"), r.out
@@ -70,7 +51,9 @@ def test_proxy_reads_only_models(server: PageServer, tmp_path: Path):
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_every_release_reads_idle_busy_frozen_restarted(release: str, tmp_path: Path):
-    with PageServer(page("idle", release), restricted=True) as srv:
+    # 0.32.0's pages come from a server without the restricted page (the check falls back to the whole page),
+    # the other releases' from one that serves the whole page for it
+    with PageServer(page("idle", release), restricted=release != "0.32.0") as srv:
         run = _runner(srv, tmp_path, release)
         r = run("idle")
         assert (r.code, r.word) == (OK, "idle") and "probe answered" in r.status, r.out
@@ -78,7 +61,7 @@ def test_every_release_reads_idle_busy_frozen_restarted(release: str, tmp_path: 
         r = run("saturated", "saturated_b")  # the idle baseline had no work: fresh comparison
         assert (r.code, r.word) == (OK, "busy"), r.out
         assert float(r.perf["tokens_per_second"]) > 0 and r.perf["running"] == "2", r.out
-        assert ("POST", "/v1/completions") not in srv.log, "no inference request at a server with work"
+        assert srv.log == [("GET", "/metrics")], "one read against the idle baseline, no inference request"
         r = run("frozen_a")
         assert (r.code, r.word) == (OK, "busy"), r.out
         r = run("frozen_b")

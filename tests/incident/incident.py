@@ -25,6 +25,7 @@ import httpx
 from tests.monitoring.harness import icinga_value, tail
 from tests.monitoring.icinga2 import HOST, Icinga2
 from tests.rig.vllm_server import SERVED_MODEL_NAME, Load, sample_sum
+from tests.rig.waiting import wait_for
 
 from .supervisor import Supervisord, _UnixTransport
 
@@ -485,14 +486,8 @@ class World:
 
 def wait(what: str, predicate: Callable[[], object], timeout: float, interval: float = 0.5,
          diag: Callable[[], str] = lambda: ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}\n{diag()}")
-        time.sleep(interval)
+    """tests/rig/waiting.py's, polling every half second (the rig's parts are slow to change)."""
+    return wait_for(what, predicate, timeout, interval, diag)
 
 
 def supervisor_status(sup: Supervisord) -> str:

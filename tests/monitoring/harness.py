@@ -18,6 +18,7 @@ import pytest
 
 from tests.package import layout
 from tests.rig.ports import free_port  # noqa: F401  (re-exported: one owner, tests/rig)
+from tests.rig.waiting import wait_for  # noqa: F401  (re-exported)
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -56,15 +57,6 @@ def icinga_value(value) -> str:
     return json.dumps(str(value))
 
 
-def wait_for(what: str, predicate, timeout: float, interval: float = 0.25, diag=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}\n{diag()}", pytrace=False)
-        time.sleep(interval)
 
 
 class Simulator:
