@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from check_vllm.contract.vocab import WORDS
-from tests.rig.scripts import script
+from tests.rig.scripts import run_check, script
 from vllm_simulator import Simulator
 
 from .conftest import FAST
@@ -309,13 +309,6 @@ CASES = [
 # --------------------------------------------------------------------------- running a case
 
 
-def _check(state: Path, *args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*prefix, CHECK, "--state-dir", str(state), *args],
-                          capture_output=True, text=True, timeout=60)
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    return proc
-
-
 def _restart_handler(sim: Simulator, state: Path) -> None:
     """Let check_vllm_restart act on the check's CRITICAL verdict, so it writes its restart marker itself."""
     assert RESTART, "check_vllm_restart is not installed (pip install -e .)"
@@ -346,8 +339,8 @@ def _stop_then_exit(sim: Simulator, state: Path) -> None:
     """The server closes its listener (one check sees it stopping), then its process goes: the pid file
     is removed, as a supervisor does when the process exits."""
     sim.set_scenario("dead")
-    seen = _check(state, "-u", sim.url, *COMMON, "--pid-file", str(_pid_file(state)))
-    assert "stopping: " in seen.stdout, seen.stdout + seen.stderr
+    seen = run_check(state, "-u", sim.url, *COMMON, "--pid-file", str(_pid_file(state)))
+    assert "stopping: " in seen.out, seen.out + seen.err
     _pid_file(state).unlink()
 
 
@@ -372,7 +365,6 @@ def _read_only(state: Path) -> tuple[str, ...]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_status_line(case: Case, tmp_path: Path):
-    assert CHECK, "check_vllm is not installed (pip install -e .)"
     state = tmp_path / "state"
     with Simulator(scenario=case.scenario, **case.sim) as sim:
         prefix = _read_only(state) if case.read_only_state else ()
@@ -385,18 +377,18 @@ def test_status_line(case: Case, tmp_path: Path):
                     BEFORE_LAST[case.before_last](sim, state)
                 args = [a.replace("{server_pid}", str(os.getpid())).replace("{pid_file}", str(_pid_file(state)))
                         for a in case.args]
-                proc = _check(state, "-u", sim.url, *COMMON, *args, prefix=prefix)
+                r = run_check(state, "-u", sim.url, *COMMON, *args, prefix=prefix)
         finally:
             if case.read_only_state:
                 state.chmod(0o755)
         url = sim.url
-    first = proc.stdout.splitlines()[0] if proc.stdout else ""
+    first = r.first
     got = normalise(first)
     allowed = case.line if isinstance(case.line, tuple) else (case.line,)
     expected = [line.replace("{url}", url).replace("{state}", str(state)).replace("{server_pid}", str(os.getpid()))
                 for line in allowed]
-    assert got in expected, f"\n got: {got}\nwant: {expected[0]}\n raw: {first}\nstderr: {proc.stderr}"
-    assert proc.returncode == case.code, (proc.returncode, first, proc.stderr)
+    assert got in expected, f"\n got: {got}\nwant: {expected[0]}\n raw: {first}\nstderr: {r.err}"
+    assert r.code == case.code, (r.code, first, r.err)
 
 
 def test_every_verdict_word_is_pinned():

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.rig.scripts import FAST, script
 from vllm_simulator import Simulator
 
-from .conftest import CHECK, FAST
+CHECK = script("check_vllm")
 
 PASS, FAIL = 0, 1
 REFUSED = "http://127.0.0.1:9"

@@ -4,7 +4,6 @@ The same pages through the pure functions are tests/unit/test_real_pages.py and 
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,19 +11,14 @@ import pytest
 
 from check_vllm.contract.vocab import CRITICAL, OK, WARNING
 from tests.rig.pages import RELEASES, PageServer, page
-from tests.rig.scripts import Result, script
-
-CHECK = script("check_vllm")
+from tests.rig.scripts import Result, run_check
 
 
 def _runner(srv: PageServer, state: Path, release: str) -> Callable[..., Result]:
     def run(*names: str, extra: tuple[str, ...] = ()) -> Result:
         srv.hand_out(*(page(n, release) for n in names))
         # --min-gap 0: the recorded pages carry their own progress; --stuck-seconds 0: readings alone decide
-        p = subprocess.run([CHECK, "-u", srv.url, "--state-dir", str(state), "--min-gap", "0", "--reread-delay", "0",
-                            "--stuck-seconds", "0", *extra], capture_output=True, text=True, timeout=60)
-        r = Result(p.returncode, p.stdout, p.stderr)
-        assert "Traceback" not in r.out + r.err, r.err
+        r = run_check(state, "-u", srv.url, "--min-gap", "0", "--reread-delay", "0", "--stuck-seconds", "0", *extra)
         r.perf  # noqa: B018 - asserts the perfdata syntax
         return r
 

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 import pytest
 
-from tests.rig.scripts import Result, script
+from tests.rig.scripts import Result, run_check, script  # noqa: F401  (the fleet's modules take them from here)
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
-
-
-def run_check(state_dir: Path, *args: str, timeout: float = 60) -> Result:
-    argv = [script("check_vllm"), "--state-dir", str(state_dir), *args]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
 def localise(text: str, replacements: dict[str, str]) -> str:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import http.server
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.rig.scripts import Result, script
+from tests.rig.scripts import Result, checked, real_runner, script  # noqa: F401  (checked: the tier's modules take it here)
 from tests.rig.vllm_server import VllmServer, group_members, idle, sample_sum, saturated
 
 pytestmark = pytest.mark.real_vllm
@@ -56,33 +55,10 @@ def length_finished(text: str) -> float:
     return sample_sum(text, "vllm:request_success_total", {"finished_reason": "length"}) or 0.0
 
 
-def checked(r: Result) -> Result:
-    """Assertions every run must pass: the plugin output contract."""
-    assert r.out.startswith("VLLM "), (r.code, r.out, r.err)
-    state = r.first.split(" - ", 1)[0].split(" ", 1)[1]
-    assert CODE_OF.get(state) == r.code, f"exit {r.code} but status {state!r}: {r.out!r}"
-    assert r.code in (OK, WARNING, CRITICAL), (r.code, r.out, r.err)
-    perf = r.perf  # asserts every item matches the plain-decimal-or-U syntax
-    for value in perf.values():
-        assert value == "U" or "e" not in value.lower() and "nan" not in value and "inf" not in value, r.first
-    assert "Traceback" not in r.out + r.err, r.err
-    return r
-
-
 @pytest.fixture
 def check(tmp_path: Path) -> Check:
     """Run the installed check with its own state directory (one per test)."""
-    assert CHECK, "check_vllm is not installed (pip install -e .)"
-    state_dir = tmp_path / "state"
-
-    def run(url: str, *args: str, timeout: float = 90) -> Result:
-        argv = [CHECK, "-u", url, "--state-dir", str(state_dir), *args]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"})
-        print(f"{time.strftime('%T')} exit {proc.returncode}: {proc.stdout.strip()}")  # shown on failure
-        return checked(Result(proc.returncode, proc.stdout, proc.stderr))
-
-    return run
+    return real_runner(tmp_path / "state")
 
 
 def wait_counts(srv: VllmServer, want: Callable[[str], bool], timeout: float = 30.0) -> str:

@@ -3,14 +3,12 @@ scenario of the release matrix shares (the `check` fixture itself is in conftest
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from check_vllm.contract.vocab import CRITICAL, OK, UNKNOWN, WARNING
-from tests.rig.scripts import Result, script
+from tests.rig.scripts import Result, checked, script  # noqa: F401  (the matrix modules take them here)
+from tests.rig.scripts import real_runner as runner  # noqa: F401
 from tests.rig.vllm_server import VllmServer, sample_sum
 
 CHECK = script("check_vllm")
@@ -30,31 +28,6 @@ def completions(text: str, handler: str = "/v1/completions") -> float:
 
 def finished(text: str, reason: str | None = None) -> float:
     return sample_sum(text, "vllm:request_success_total", {"finished_reason": reason} if reason else None) or 0.0
-
-
-def checked(r: Result) -> Result:
-    """The plugin output contract, for every run."""
-    assert r.out.startswith("VLLM "), (r.code, r.out, r.err)
-    state = r.first.split(" - ", 1)[0].split(" ", 1)[1]
-    assert CODE_OF.get(state) == r.code, f"exit {r.code} but status {state!r}: {r.out!r}"
-    assert r.code in (OK, WARNING, CRITICAL), (r.code, r.out, r.err)
-    r.perf  # noqa: B018 - asserts every item is a plain decimal or U
-    assert "Traceback" not in r.out + r.err, r.err
-    return r
-
-
-def runner(state_dir: Path) -> Check:
-    """Run the installed check with its own state directory, as a scheduler does (argv, env, exit code)."""
-    assert CHECK, "check_vllm is not installed (pip install -e .)"
-
-    def run(url: str, *args: str, timeout: float = 90) -> Result:
-        proc = subprocess.run([CHECK, "-u", url, "--state-dir", str(state_dir), *args],
-                              capture_output=True, text=True, timeout=timeout,
-                              env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"})
-        print(f"{time.strftime('%T')} exit {proc.returncode}: {proc.stdout.strip()}")  # shown on failure
-        return checked(Result(proc.returncode, proc.stdout, proc.stderr))
-
-    return run
 
 
 def run_until(check: Check, url: str, args: tuple[str, ...], done: Callable[[Result], bool],

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
 import sysconfig
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,3 +62,42 @@ class Result:
 
     def __str__(self) -> str:
         return f"exit {self.code}: {self.first!r}" + (f" (stderr {self.err[-300:]!r})" if self.err.strip() else "")
+
+
+#: The plugin API's state names, for the contract check below.
+CODE_OF = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
+
+
+def run_check(state_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 60,
+              prefix: tuple[str, ...] = ()) -> Result:
+    """The installed check_vllm run as a scheduler runs it (argv, environment, stdout, exit code) with its own
+    state directory; `prefix` runs it under another command (setpriv). No traceback ever reaches its output."""
+    proc = subprocess.run([*prefix, script("check_vllm"), "--state-dir", str(state_dir), *args], capture_output=True,
+                          text=True, timeout=timeout, env=os.environ.copy() if env is None else env)
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def checked(r: Result) -> Result:
+    """The plugin output contract, for a run against a real server: a status line whose state is the exit code
+    (never UNKNOWN there), perfdata plain decimals or U."""
+    assert r.out.startswith("VLLM "), (r.code, r.out, r.err)
+    state = r.first.split(" - ", 1)[0].split(" ", 1)[1]
+    assert CODE_OF.get(state) == r.code, f"exit {r.code} but status {state!r}: {r.out!r}"
+    assert r.code in (0, 1, 2), (r.code, r.out, r.err)
+    for value in r.perf.values():  # r.perf asserts every item's syntax
+        assert value == "U" or "e" not in value.lower() and "nan" not in value and "inf" not in value, r.first
+    return r
+
+
+def real_runner(state_dir: Path) -> Callable[..., Result]:
+    """`run(url, *args)`: the check against a real server, as a scheduler runs it, with its own state directory
+    and no VLLM_API_KEY from the caller; every line printed (pytest shows it on failure), the contract checked."""
+
+    def run(url: str, *args: str, timeout: float = 90) -> Result:
+        r = run_check(state_dir, "-u", url, *args, timeout=timeout,
+                      env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"})
+        print(f"{time.strftime('%T')} exit {r.code}: {r.out.strip()}")
+        return checked(r)
+
+    return run
