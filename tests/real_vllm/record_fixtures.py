@@ -14,43 +14,24 @@ The local model path is replaced with `tiny-llama`. Exits non-zero if a page doe
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import time
 from pathlib import Path
 
-if __package__:
-    from tests.rig.vllm_server import (
-        CACHE_DIR,
-        REPO_ROOT,
-        VllmServer,
-        ensure_tiny_model,
-        ensure_venv,
-        free_port,
-        neutralize,
-        sample_sum,
-    )
-else:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from server import (  # noqa: E402
-        CACHE_DIR,
-        REPO_ROOT,
-        VllmServer,
-        ensure_tiny_model,
-        ensure_venv,
-        free_port,
-        neutralize,
-        sample_sum,
-    )
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-ENGINE = ["vllm:iteration_tokens_total_count", "vllm:iteration_tokens_total_sum",
-          "vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:request_success_total",
-          "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"]
-
-
-def engine_view(text: str) -> dict:
-    return {k: sample_sum(text, k) for k in ENGINE}
+from tests.rig.recording import problems_of, record, running_waiting  # noqa: E402
+from tests.rig.vllm_server import (  # noqa: E402
+    CACHE_DIR,
+    REPO_ROOT,
+    VllmServer,
+    ensure_tiny_model,
+    ensure_venv,
+    free_port,
+    neutralize,
+    sample_sum,
+)
 
 
 def main(argv: list[str]) -> int:
@@ -61,59 +42,11 @@ def main(argv: list[str]) -> int:
     model = ensure_tiny_model(venv)
     port = free_port()
     srv = VllmServer(venv, model, port=port, log_path=CACHE_DIR / "logs" / f"record-{port}.log")
-    pages: dict[str, str] = {}
-    problems: list[str] = []
-
-    def running_waiting(t):
-        return sample_sum(t, "vllm:num_requests_running"), sample_sum(t, "vllm:num_requests_waiting")
-
     try:
-        srv.start()
-        print(f"server up in {srv.start_seconds:.1f}s at {srv.url}", flush=True)
-        srv.completion("Hello", max_tokens=1)
-        pages["idle"] = srv.wait_for(lambda t: sample_sum(t, "vllm:request_success_total") == 1
-                                     and running_waiting(t) == (0, 0), timeout=30)
-
-        load = srv.load(5, 2000, repeat=True)
-        try:
-            srv.wait_for(lambda t: running_waiting(t)[0] == 2 and running_waiting(t)[1] >= 1, timeout=60)
-            time.sleep(2)
-            pages["saturated"] = srv.wait_for(
-                lambda t: running_waiting(t)[0] == 2 and running_waiting(t)[1] >= 1, timeout=30)
-            time.sleep(2)
-            pages["saturated_b"] = srv.metrics_text()
-            engine = srv.engine_core_pid()
-            os.kill(engine, signal.SIGSTOP)
-            try:
-                time.sleep(1)
-                pages["frozen_a"] = srv.metrics_text()
-                time.sleep(2)
-                pages["frozen_b"] = srv.metrics_text()
-            finally:
-                os.kill(engine, signal.SIGCONT)
-        finally:
-            load.stop()
-        srv.wait_for(lambda t: running_waiting(t) == (0, 0), timeout=60)
-        print(f"aborted clients: request_success_total by reason "
-              f"{[(r, srv.counter('vllm:request_success_total', {'finished_reason': r})) for r in ('length', 'abort')]}")
-
-        srv.restart()
-        pages["restarted"] = srv.metrics_text()
+        pages = record(srv)
     finally:
         srv.stop()
-
-    s1, s2 = engine_view(pages["saturated"]), engine_view(pages["saturated_b"])
-    if not (s2["vllm:iteration_tokens_total_count"] > s1["vllm:iteration_tokens_total_count"]
-            and s2["vllm:num_requests_running"] == 2):
-        problems.append(f"saturated pages show no progress or no saturation: {s1} vs {s2}")
-    a, b = engine_view(pages["frozen_a"]), engine_view(pages["frozen_b"])
-    if a != b:
-        problems.append(f"frozen pages differ: {a} vs {b}")
-    if running_waiting(pages["frozen_b"])[0] != 2:
-        problems.append(f"frozen page not saturated: {running_waiting(pages['frozen_b'])}")
-    if not (sample_sum(pages["restarted"], "process_start_time_seconds")
-            > sample_sum(pages["idle"], "process_start_time_seconds")):
-        problems.append("process_start_time_seconds did not change across the restart")
+    problems = problems_of(pages)
 
     for name, text in pages.items():
         text = neutralize(text, model)
