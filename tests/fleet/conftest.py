@@ -1,6 +1,6 @@
 """The fleet tier: from one host to many, with real software started here on 127.0.0.1.
 
-    bash .ci/fleet-deps.sh && python -m pytest -m fleet tests/fleet tests/prometheus -q   (or: tox -e fleet)
+    bash .ci/fleet-deps.sh && python -m pytest -m "fleet or prometheus" tests/fleet tests/prometheus -q   (or: tox -e fleet)
 
 HAProxy in front of two simulators (test_balancer.py), an Icinga 2 master and agent (test_icinga2_distributed.py),
 a Netdata child streaming to a parent (test_netdata_streaming.py). Nothing skips: a component that cannot be

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-pytestmark = pytest.mark.fleet
+pytestmark = pytest.mark.prometheus
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "contrib" / "prometheus" / "vllm-rules.yml"
