@@ -19,7 +19,7 @@ probe takes the pod out of its Service, a startup probe holds the other two back
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -30,6 +30,10 @@ from check_vllm.contract.vocab import CODE_NAMES, CRITICAL, OK, RESTARTABLE, UNK
 LIVENESS, READINESS, STARTUP = "liveness", "readiness", "startup"
 #: The probe kinds, in the order the kubelet runs them in a pod's life (startup gates the other two).
 KINDS = (STARTUP, READINESS, LIVENESS)
+#: The option, as the command line and the pre-scan (kind_in) both spell it.
+OPTION = "--probe"
+#: The label of the line when --probe came with a kind we do not know (argparse will refuse it).
+NO_KIND = "probe"
 #: The exit codes of a probe: what the kubelet and Docker read.
 PASS, FAIL = 0, 1
 #: One line the kubelet keeps in the pod's events (it truncates long probe output anyway).
@@ -130,3 +134,17 @@ RULES: Mapping[str, Callable[[Seen], Answer]] = MappingProxyType(
 def answer(kind: str, seen: Seen) -> Answer:
     """The probe's answer to one run of the check."""
     return RULES[kind](seen)
+
+
+def kind_in(argv: Sequence[str]) -> str | None:
+    """The probe kind asked for, read before argparse runs (so that its errors are answered as a probe); None:
+    no --probe, a plain check (--probe-timeout is not --probe)."""
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return None
+        value = arg.split("=", 1)[1] if arg.startswith(OPTION + "=") else None
+        if arg == OPTION:
+            value = argv[i + 1] if i + 1 < len(argv) else ""
+        if value is not None:
+            return value if value in KINDS else NO_KIND
+    return None

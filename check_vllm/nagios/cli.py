@@ -95,10 +95,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("-v", "--verbose", action="count", default=0, help="more output (repeatable)")
     g.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
     # issue 28: one block, the probe's own (check_vllm.nagios.probe, check_vllm.contract.probes)
-    from check_vllm.contract.probes import KINDS
+    from check_vllm.contract.probes import KINDS, OPTION
 
     o = p.add_argument_group("orchestrator probe (docs/probes.md)")
-    o.add_argument("--probe", choices=KINDS, help="answer as a Kubernetes exec probe or Docker HEALTHCHECK: exit 0 "
+    o.add_argument(OPTION, choices=KINDS, help="answer as a Kubernetes exec probe or Docker HEALTHCHECK: exit 0 "
                    "pass, 1 fail, one line; liveness fails only on proof, readiness from the first sign, startup "
                    "until it served; a fault of the check itself never fails liveness or readiness")
     return p
@@ -145,27 +145,32 @@ def _unknown(message: str) -> NoReturn:
     sys.exit(UNKNOWN)
 
 
+def lean_imports() -> None:
+    """httpcore imports trio (when installed) and anyio for async support this one-shot, synchronous process
+    never uses: ~50 ms, a third of a whole run; httpx's own command line (httpx._main, optional in every
+    release) pulls in rich and click where installed, as Debian 12's python3-httpx has them: ~70 ms more there.
+    Mark them absent before the URL check imports httpx, unless already loaded."""
+    for name in ("trio", "anyio", "httpx._main"):
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
+    from check_vllm.contract.probes import kind_in
+
     given = sys.argv[1:] if argv is None else argv
-    if not any(arg.startswith("--probe") for arg in given):  # a plain check never loads the probe's glue
+    kind = kind_in(given)
+    if kind is None:  # a plain check never loads the probe's glue
         _check(argv)
     from check_vllm.nagios import probe
 
-    kind = probe.kind_in(given)
-    if kind is not None:  # a probe answers 0/1 and one line, whatever happens in the run (exit 2, 3, a bug)
-        probe.guard(kind, lambda: _check(argv), probe.verbose_in(given))
-    _check(argv)
+    # a probe answers 0/1 and one line, whatever happens in the run (exit 2, 3, a bug)
+    probe.guard(kind, lambda: _check(argv), probe.verbose_in(given))
 
 
 def _check(argv: list[str] | None = None) -> NoReturn:
     started = time.monotonic()
     statusline.prepare()  # LC_ALL=C or PYTHONIOENCODING=ascii: a model id in another script must not crash the output
-    # httpcore imports trio (when installed) and anyio for async support this one-shot, synchronous
-    # process never uses: ~50 ms, a third of a whole run; httpx's own command line (httpx._main, optional
-    # in every release) pulls in rich and click where installed, as Debian 12's python3-httpx has them:
-    # ~70 ms more there. Mark them absent before the URL check imports httpx, unless already loaded.
-    for name in ("trio", "anyio", "httpx._main"):
-        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+    lean_imports()
     try:
         args = parser().parse_args(argv)
         _validate(args)

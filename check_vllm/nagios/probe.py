@@ -17,11 +17,6 @@ from typing import NoReturn
 from check_vllm.contract import probes
 from check_vllm.contract.probes import KINDS, Answer, Seen
 
-#: The option, as the command line and the pre-scan both spell it.
-OPTION = "--probe"
-#: The label of the line when --probe came with a kind we do not know (argparse will refuse it).
-NO_KIND = "probe"
-
 
 def answer(kind: str, seen: Seen) -> Answer:
     """The table's answer; a kind we do not know (argparse refuses it) is answered as liveness is: a pass."""
@@ -34,20 +29,6 @@ class Answered(SystemExit):
     def __init__(self, reply: Answer) -> None:
         super().__init__(reply.code)
         self.reply = reply
-
-
-def kind_in(argv: Sequence[str]) -> str | None:
-    """The probe kind asked for, read before argparse runs (so that its errors are answered as a probe); None:
-    no --probe, a plain check."""
-    for i, arg in enumerate(argv):
-        if arg == "--":
-            return None
-        value = arg.split("=", 1)[1] if arg.startswith(OPTION + "=") else None
-        if arg == OPTION:
-            value = argv[i + 1] if i + 1 < len(argv) else ""
-        if value is not None:
-            return value if value in KINDS else NO_KIND
-    return None
 
 
 def answer_run(kind: str, run: object) -> NoReturn:

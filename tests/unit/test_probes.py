@@ -1,14 +1,13 @@
 """The orchestrator probes' table (check_vllm.contract.probes): every verdict word and state x probe kind, and
-every fault of the monitoring side; the pre-scan of --probe (check_vllm.nagios.probe.kind_in)."""
+every fault of the monitoring side; the pre-scan of --probe (check_vllm.contract.probes.kind_in)."""
 
 from __future__ import annotations
 
 import pytest
 
 from check_vllm.contract import probes, rotation, vocab
-from check_vllm.contract.probes import FAIL, KINDS, LIVENESS, PASS, READINESS, STARTUP, Seen, answer
+from check_vllm.contract.probes import FAIL, KINDS, LIVENESS, NO_KIND, PASS, READINESS, STARTUP, Seen, answer, kind_in
 from check_vllm.contract.vocab import CODE_NAMES, CRITICAL, OK, UNKNOWN, WARNING
-from check_vllm.nagios.probe import NO_KIND, kind_in
 
 EVERY = [(w.word, s) for w in vocab.VERDICTS for s in w.states]
 #: Words whose verdict rests on a /metrics reading of this run (the glue sets `reading` from its engines).
@@ -114,6 +113,7 @@ def test_every_kind_has_a_rule_and_the_kubelet_order():
     ([], None), (["-u", "http://x"], None), (["--probe", "liveness"], LIVENESS), (["--probe=startup"], STARTUP),
     (["-u", "x", "--probe", "readiness", "-t", "5"], READINESS), (["--probe", "bogus"], NO_KIND),
     (["--probe"], NO_KIND), (["--", "--probe", "liveness"], None),
+    (["--probe-timeout", "5"], None), (["--probe-timeout=5", "--no-probe"], None),  # a plain check's own options
 ])
 def test_the_pre_scan(argv, kind):
     assert kind_in(argv) == kind
