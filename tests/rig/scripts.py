@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.rig.zygote import Zygote
 
 #: Fast settings for the check end to end: the gap and re-read delay are seconds in production.
 FAST = ("--min-gap", "0.3", "--reread-delay", "0.4")
@@ -68,14 +71,33 @@ class Result:
 CODE_OF = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
 
 
+@functools.cache
+def _zygote() -> Zygote:
+    return Zygote()
+
+
+def run_script(name: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60,
+               prefix: tuple[str, ...] = (), installed: bool = False) -> Result:
+    """A console script's run as a scheduler runs it (argv, environment, stdout, exit code), forked from the warm
+    zygote (tests/rig/zygote.py) unless `installed` asks for the script file itself (where how it starts is the
+    subject), `prefix` runs it under another command (setpriv), or the zygote cannot stand in for it. No
+    traceback ever reaches its output."""
+    env = os.environ.copy() if env is None else env
+    forked = None if installed or prefix else _zygote().run(name, list(args), env, timeout)
+    if forked is None:
+        proc = subprocess.run([*prefix, script(name), *args], capture_output=True, text=True, timeout=timeout,
+                              env=env)
+        forked = (proc.returncode, proc.stdout, proc.stderr)
+    result = Result(*forked)
+    assert "Traceback" not in result.out + result.err, result.out + result.err
+    return result
+
+
 def run_check(state_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 60,
-              prefix: tuple[str, ...] = ()) -> Result:
-    """The installed check_vllm run as a scheduler runs it (argv, environment, stdout, exit code) with its own
-    state directory; `prefix` runs it under another command (setpriv). No traceback ever reaches its output."""
-    proc = subprocess.run([*prefix, script("check_vllm"), "--state-dir", str(state_dir), *args], capture_output=True,
-                          text=True, timeout=timeout, env=os.environ.copy() if env is None else env)
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    return Result(proc.returncode, proc.stdout, proc.stderr)
+              prefix: tuple[str, ...] = (), installed: bool = False) -> Result:
+    """The check with its own state directory, run as run_script runs it."""
+    return run_script("check_vllm", "--state-dir", str(state_dir), *args, env=env, timeout=timeout, prefix=prefix,
+                      installed=installed)
 
 
 def checked(r: Result) -> Result:
