@@ -29,6 +29,7 @@ from check_vllm.memory.statefile import (
 from check_vllm.restart.history import history_path
 from check_vllm.restart.policy import Event, Policy, decide
 from check_vllm.server import clock
+from tests.rig.scripts import Result, run_check, run_script
 
 NOW = 1_800_000_000.0
 URL = "http://127.0.0.1:1"  # nothing listens on port 1: the real check says "down"
@@ -84,13 +85,12 @@ def test_refusals_by_a_guard_are_marked_as_such():
 # --------------------------------------------------------------------------- real files, real processes
 
 
-def handler(tmp: Path, *extra: str, state="CRITICAL", state_type="HARD", url=URL, command=None, **kw):
+def handler(tmp: Path, *extra: str, state="CRITICAL", state_type="HARD", url=URL, command=None) -> Result:
     counter = tmp / "restarts.txt"
     command = command or [sys.executable, "-c",
                           f"open({str(counter)!r}, 'a').write('restart\\n'); print('restarting vllm')"]
-    argv = ["check_vllm_restart", "--state", state, "--state-type", state_type, "--attempt", "3",
-            "--url", url, "--state-dir", str(tmp / "state"), *extra, "--", *command]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, **kw)
+    return run_script("check_vllm_restart", "--state", state, "--state-type", state_type, "--attempt", "3",
+                      "--url", url, "--state-dir", str(tmp / "state"), *extra, "--", *command)
 
 
 def restarts(tmp: Path) -> int:
@@ -98,10 +98,9 @@ def restarts(tmp: Path) -> int:
     return len(f.read_text().splitlines()) if f.exists() else 0
 
 
-def real_down_verdict(tmp: Path, url: str = URL) -> subprocess.CompletedProcess:
-    out = subprocess.run(["check_vllm", "-u", url, "--state-dir", str(tmp / "state")],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "down" in out.stdout, out.stdout + out.stderr
+def real_down_verdict(tmp: Path, url: str = URL) -> Result:
+    out = run_check(tmp / "state", "-u", url)
+    assert out.code == 2 and "down" in out.out, out.out + out.err
     return out
 
 
@@ -115,9 +114,9 @@ def plant_verdict(tmp: Path, word: str, state: int, age: float = 1.0, url: str =
 def test_restarts_once_on_a_real_down_verdict_and_writes_the_marker(tmp_path):
     real_down_verdict(tmp_path)
     out = handler(tmp_path, "--log", str(tmp_path / "handler.log"))
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.code == 0, out.out + out.err
     assert restarts(tmp_path) == 1
-    [line] = out.stdout.splitlines()
+    [line] = out.out.splitlines()
     assert ": restarted: verdict 'down'" in line and "restart 1 of at most 3 this hour" in line
     assert (tmp_path / "handler.log").read_text().strip() == line
 
@@ -129,20 +128,19 @@ def test_restarts_once_on_a_real_down_verdict_and_writes_the_marker(tmp_path):
     assert [(h["verdict"], h["rc"]) for h in hist] == [("down", 0)]
 
     # The check now reads the marker: starting (WARNING), and the handler leaves it alone.
-    after = subprocess.run(["check_vllm", "-u", URL, "--state-dir", str(tmp_path / "state")],
-                           capture_output=True, text=True, timeout=60)
-    assert after.returncode == 1 and "starting" in after.stdout, after.stdout
+    after = run_check(tmp_path / "state", "-u", URL)
+    assert after.code == 1 and "starting" in after.out, after.out
     again = handler(tmp_path)
-    assert again.returncode == 0 and restarts(tmp_path) == 1
-    assert "no restart: the check's last verdict is 'starting'" in again.stdout
+    assert again.code == 0 and restarts(tmp_path) == 1
+    assert "no restart: the check's last verdict is 'starting'" in again.out
 
 
 def test_a_verdict_older_than_the_last_restart_never_restarts_again(tmp_path):
     real_down_verdict(tmp_path)
-    assert handler(tmp_path, "--cooldown", "0").returncode == 0
+    assert handler(tmp_path, "--cooldown", "0").code == 0
     second = handler(tmp_path, "--cooldown", "0")
     assert restarts(tmp_path) == 1
-    assert "before the last restart" in second.stdout
+    assert "before the last restart" in second.out
 
 
 def test_cooldown_then_circuit_breaker(tmp_path):
@@ -150,15 +148,15 @@ def test_cooldown_then_circuit_breaker(tmp_path):
         plant_verdict(tmp_path, "stuck", 2, age=0.0)
         out = handler(tmp_path, "--cooldown", "0.5", "--max-per-hour", "2")
         if n <= 2:
-            assert restarts(tmp_path) == n, out.stdout
-            assert f"restart {n} of at most 2 this hour" in out.stdout, out.stdout
+            assert restarts(tmp_path) == n, out.out
+            assert f"restart {n} of at most 2 this hour" in out.out, out.out
             time.sleep(0.05)
             plant_verdict(tmp_path, "stuck", 2, age=0.0)  # a newer verdict, so only the cooldown says no
             early = handler(tmp_path, "--cooldown", "60", "--max-per-hour", "2")
-            assert "restart refused" in early.stdout and "cooldown 60" in early.stdout
+            assert "restart refused" in early.out and "cooldown 60" in early.out
         else:
             assert restarts(tmp_path) == 2
-            assert "restart refused" in out.stdout and "circuit breaker open: 2 restarts" in out.stdout
+            assert "restart refused" in out.out and "circuit breaker open: 2 restarts" in out.out
         time.sleep(0.6)
 
 
@@ -166,7 +164,7 @@ def test_a_wall_clock_step_forward_lets_no_cooldown_pass_early(tmp_path):
     """The wall clock jumps two hours ahead right after a restart (NTP after a boot, a VM resumed): the
     cooldown counts on the boot-time clock the entry carries, so the next stuck is still refused."""
     plant_verdict(tmp_path, "stuck", 2, age=0.0)
-    assert handler(tmp_path, "--cooldown", "0").returncode == 0 and restarts(tmp_path) == 1
+    assert handler(tmp_path, "--cooldown", "0").code == 0 and restarts(tmp_path) == 1
     path = history_path(tmp_path / "state", URL)
     doc = json.loads(path.read_text())
     [e] = doc["data"]["restarts"]
@@ -175,16 +173,16 @@ def test_a_wall_clock_step_forward_lets_no_cooldown_pass_early(tmp_path):
     path.write_text(json.dumps(doc))
     plant_verdict(tmp_path, "stuck", 2, age=0.0)
     held = handler(tmp_path, "--cooldown", "900")
-    assert restarts(tmp_path) == 1, held.stdout
+    assert restarts(tmp_path) == 1, held.out
     assert re.search(r"restart refused: verdict 'stuck', but the last restart was [0-9] s ago \(cooldown 900 s\)",
-                     held.stdout), held.stdout
+                     held.out), held.out
 
 
 def one_restart_redated(tmp: Path, at: float, done: float) -> Path:
     """One real restart on record, then dated `at` .. `done` on the wall clock alone (as another clock, or a
     slow command, left it)."""
     plant_verdict(tmp, "stuck", 2, age=0.0)
-    assert handler(tmp, "--cooldown", "0").returncode == 0 and restarts(tmp) == 1
+    assert handler(tmp, "--cooldown", "0").code == 0 and restarts(tmp) == 1
     path = history_path(tmp / "state", URL)
     doc = json.loads(path.read_text())
     [entry] = doc["data"]["restarts"]
@@ -200,7 +198,7 @@ def test_the_log_counts_restarts_as_the_circuit_breaker_does(tmp_path):
     one_restart_redated(tmp_path, time.time() - 3700, time.time() - 3500)
     plant_verdict(tmp_path, "stuck", 2, age=0.0)
     out = handler(tmp_path, "--cooldown", "0", "--max-per-hour", "3")
-    assert restarts(tmp_path) == 2 and "restart 2 of at most 3 this hour" in out.stdout, out.stdout
+    assert restarts(tmp_path) == 2 and "restart 2 of at most 3 this hour" in out.out, out.out
 
 
 def test_a_restart_dated_in_the_future_counts_from_now_not_until_the_clock_catches_up(tmp_path):
@@ -210,39 +208,39 @@ def test_a_restart_dated_in_the_future_counts_from_now_not_until_the_clock_catch
     time.sleep(0.05)
     plant_verdict(tmp_path, "stuck", 2, age=0.0)
     seen = handler(tmp_path, "--cooldown", "1")
-    assert restarts(tmp_path) == 1, seen.stdout
-    assert "in the future (the clock stepped back): counted from now" in seen.stdout, seen.stdout
+    assert restarts(tmp_path) == 1, seen.out
+    assert "in the future (the clock stepped back): counted from now" in seen.out, seen.out
     [entry] = json.loads(path.read_text())["data"]["restarts"]
     assert abs(entry["at"] - time.time()) < 30 and abs(entry["done"] - time.time()) < 30, entry
 
     time.sleep(1.1)
     plant_verdict(tmp_path, "stuck", 2, age=0.0)  # a check of the server since the step: still stuck
     later = handler(tmp_path, "--cooldown", "1")
-    assert later.returncode == 0 and restarts(tmp_path) == 2, later.stdout
-    assert ": restarted: verdict 'stuck'" in later.stdout, later.stdout
+    assert later.code == 0 and restarts(tmp_path) == 2, later.out
+    assert ": restarted: verdict 'stuck'" in later.out, later.out
 
 
 @pytest.mark.parametrize("word, state", [("busy", 0), ("stalling", 1), ("unresponsive", 1), ("idle", 0)])
 def test_healthy_or_unproven_verdicts_never_restart(tmp_path, word, state):
     plant_verdict(tmp_path, word, state)
     out = handler(tmp_path)
-    assert out.returncode == 0 and restarts(tmp_path) == 0, out.stdout
+    assert out.code == 0 and restarts(tmp_path) == 0, out.out
 
 
 def test_stale_or_missing_or_corrupt_state_never_restarts(tmp_path):
-    assert "none written yet" in handler(tmp_path).stdout
+    assert "none written yet" in handler(tmp_path).out
     plant_verdict(tmp_path, "stuck", 2, age=700)
-    assert "not fresh" in handler(tmp_path).stdout
+    assert "not fresh" in handler(tmp_path).out
     state_path(tmp_path / "state", URL).write_text("{not json")
-    assert "state file corrupt" in handler(tmp_path).stdout
+    assert "state file corrupt" in handler(tmp_path).out
     assert restarts(tmp_path) == 0
 
 
 def test_soft_and_ok_calls_do_not_touch_the_state_dir(tmp_path):
     out = handler(tmp_path, state="CRITICAL", state_type="SOFT")
-    assert out.returncode == 0 and "waiting for a HARD state" in out.stdout
+    assert out.code == 0 and "waiting for a HARD state" in out.out
     out = handler(tmp_path, state="OK", state_type="HARD")
-    assert "OK, not CRITICAL" in out.stdout
+    assert "OK, not CRITICAL" in out.out
     assert not (tmp_path / "state").exists()
 
 
@@ -268,47 +266,47 @@ def test_lock_held_too_long_means_no_restart(tmp_path):
         out = handler(tmp_path, "--lock-timeout", "0.3")
     finally:
         hist.unlock()
-    assert out.returncode == 0 and restarts(tmp_path) == 0
-    assert "holds the restart lock" in out.stdout
+    assert out.code == 0 and restarts(tmp_path) == 0
+    assert "holds the restart lock" in out.out
 
 
 def test_a_failed_restart_exits_1_removes_the_marker_and_still_counts(tmp_path):
     plant_verdict(tmp_path, "down", 2)
     out = handler(tmp_path, command=[sys.executable, "-c", "print('Job for vllm.service failed'); raise SystemExit(5)"])
-    assert out.returncode == 1
-    assert "restart failed" in out.stdout and "exited 5: Job for vllm.service failed" in out.stdout
+    assert out.code == 1
+    assert "restart failed" in out.out and "exited 5: Job for vllm.service failed" in out.out
     assert not marker_path(tmp_path / "state", URL).exists()
     hist = json.loads(history_path(tmp_path / "state", URL).read_text())["data"]["restarts"]
     assert [h["rc"] for h in hist] == [5]
     plant_verdict(tmp_path, "down", 2, age=0.0)
-    assert "cooldown 900" in handler(tmp_path).stdout  # a failed attempt still holds the cooldown
+    assert "cooldown 900" in handler(tmp_path).out  # a failed attempt still holds the cooldown
 
 
 def test_a_hanging_restart_is_killed(tmp_path):
     plant_verdict(tmp_path, "down", 2)
     t0 = time.monotonic()
     out = handler(tmp_path, "--command-timeout", "1", command=["sleep", "30"])
-    assert out.returncode == 1 and "timed out" in out.stdout
+    assert out.code == 1 and "timed out" in out.out
     assert time.monotonic() - t0 < 15
 
 
 def test_a_missing_command_binary_is_a_failed_restart(tmp_path):
     plant_verdict(tmp_path, "down", 2)
     out = handler(tmp_path, command=["/nonexistent/restart-vllm"])
-    assert out.returncode == 1 and "cannot run" in out.stdout
+    assert out.code == 1 and "cannot run" in out.out
 
 
 def test_the_command_is_never_run_through_a_shell(tmp_path):
     plant_verdict(tmp_path, "stuck", 2)
     witness = tmp_path / "pwned"
     out = handler(tmp_path, command=["echo", f"; touch {witness}"])
-    assert out.returncode == 0 and not witness.exists()
+    assert out.code == 0 and not witness.exists()
 
 
 def test_dry_run_decides_but_does_not_act(tmp_path):
     plant_verdict(tmp_path, "stuck", 2)
     out = handler(tmp_path, "--dry-run")
-    assert "would restart (--dry-run)" in out.stdout and restarts(tmp_path) == 0
+    assert "would restart (--dry-run)" in out.out and restarts(tmp_path) == 0
     assert not marker_path(tmp_path / "state", URL).exists()
 
 
@@ -325,24 +323,23 @@ def test_dry_run_decides_but_does_not_act(tmp_path):
 def test_bad_usage_is_clear_and_restarts_nothing(tmp_path, argv, message):
     plant_verdict(tmp_path, "stuck", 2)
     argv = [a if a != "true" else str(tmp_path / "would-run") for a in argv]
-    out = subprocess.run(["check_vllm_restart", "--state-dir", str(tmp_path / "state"), *argv],
-                         capture_output=True, text=True, timeout=30)
-    assert out.returncode == 2
-    assert out.stdout.startswith("check_vllm_restart: usage error:") and message in out.stdout
-    assert "nothing restarted" in out.stdout and "Traceback" not in out.stdout + out.stderr
+    out = run_script("check_vllm_restart", "--state-dir", str(tmp_path / "state"), *argv, timeout=30)
+    assert out.code == 2
+    assert out.out.startswith("check_vllm_restart: usage error:") and message in out.out
+    assert "nothing restarted" in out.out and "Traceback" not in out.out + out.err
 
 
 def test_numeric_state_macros_are_accepted(tmp_path):
     plant_verdict(tmp_path, "stuck", 2)
     out = handler(tmp_path, state="2", state_type="1")
-    assert out.returncode == 0 and restarts(tmp_path) == 1
-    assert "CRITICAL HARD attempt 3: restarted" in out.stdout
+    assert out.code == 0 and restarts(tmp_path) == 1
+    assert "CRITICAL HARD attempt 3: restarted" in out.out
 
 
 def test_help_and_version_exit_0():
     for flag in ("--help", "--version"):
-        out = subprocess.run(["check_vllm_restart", flag], capture_output=True, text=True, timeout=30)
-        assert out.returncode == 0 and "check_vllm_restart" in out.stdout
+        out = run_script("check_vllm_restart", flag, timeout=30, installed=True)  # the script itself
+        assert out.code == 0 and "check_vllm_restart" in out.out
 
 
 def test_a_verdict_written_while_the_restart_ran_is_about_the_old_process(tmp_path):
@@ -356,11 +353,11 @@ def test_a_verdict_written_while_the_restart_ran_is_about_the_old_process(tmp_pa
     t0 = time.time()
     out = handler(tmp_path, "--cooldown", "0", command=[sys.executable, "-c", code])
     t1 = time.time()
-    assert out.returncode == 0 and ": restarted:" in out.stdout, out.stdout + out.stderr
+    assert out.code == 0 and ": restarted:" in out.out, out.out + out.err
     at = read_marker(marker_path(tmp_path / "state", URL), clock.now())
     assert at is not None and t0 + 0.7 <= at.wall <= t1
     again = handler(tmp_path, "--cooldown", "0")
-    assert "before the last restart" in again.stdout, again.stdout
+    assert "before the last restart" in again.out, again.out
 
 
 def test_a_command_that_leaves_the_server_running_in_the_background_is_done_when_it_exits(tmp_path):
@@ -375,7 +372,7 @@ def test_a_command_that_leaves_the_server_running_in_the_background_is_done_when
     server = int(pid_file.read_text())
     try:
         assert took < 15, f"waited {took:.0f} s for the background server's output to close"
-        assert out.returncode == 0 and ": restarted:" in out.stdout, out.stdout + out.stderr
+        assert out.code == 0 and ": restarted:" in out.out, out.out + out.err
         assert read_marker(marker_path(tmp_path / "state", URL), clock.now()) is not None
         os.kill(server, 0)  # still running: raises ProcessLookupError if the handler killed it
         assert Path(f"/proc/{server}/stat").read_text().split()[2] != "Z"
@@ -399,9 +396,9 @@ def test_a_state_directory_it_cannot_write_is_said_and_restarts_nothing(tmp_path
         out = handler(tmp_path, *extra, "--lock-timeout", "0.3")
     finally:
         subprocess.run(["chattr", "-i", str(state_dir)], capture_output=True)
-    assert out.returncode == 1 and restarts(tmp_path) == 0, out.stdout + out.stderr
-    assert f"no restart: cannot write the state directory {state_dir}" in out.stdout
-    assert "holds the restart lock" not in out.stdout and "Traceback" not in out.stderr
+    assert out.code == 1 and restarts(tmp_path) == 0, out.out + out.err
+    assert f"no restart: cannot write the state directory {state_dir}" in out.out
+    assert "holds the restart lock" not in out.out and "Traceback" not in out.err
 
 
 SPELLINGS = ["http://127.0.0.1:1", "http://localhost:1", "http://LOCALHOST:1/."]
@@ -413,11 +410,11 @@ def test_three_spellings_of_one_server_share_one_lock_and_one_history(tmp_path):
         plant_verdict(tmp_path, "down", 2, url=url)
     assert len({history_path(tmp_path / "state", u) for u in SPELLINGS}) == 1
     first = handler(tmp_path, url=SPELLINGS[0])
-    assert ": restarted:" in first.stdout, first.stdout + first.stderr
+    assert ": restarted:" in first.out, first.out + first.err
     for url in SPELLINGS[1:]:
         plant_verdict(tmp_path, "down", 2, age=0.0, url=url)
         again = handler(tmp_path, url=url)
-        assert "cooldown 900" in again.stdout, again.stdout
+        assert "cooldown 900" in again.out, again.out
     assert restarts(tmp_path) == 1
 
 
@@ -429,4 +426,4 @@ def test_a_restart_history_kept_under_the_old_key_still_holds_the_cooldown(tmp_p
         {"restarts": [{"at": time.time() - 60, "verdict": "down", "command": "x", "rc": 0}]})
     plant_verdict(tmp_path, "down", 2, age=0.0)
     out = handler(tmp_path)
-    assert "cooldown 900" in out.stdout and restarts(tmp_path) == 0, out.stdout
+    assert "cooldown 900" in out.out and restarts(tmp_path) == 0, out.out

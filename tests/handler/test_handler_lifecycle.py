@@ -6,7 +6,6 @@ due whatever the main service's state history. Real files, real processes (no sc
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from check_vllm.contract.values import Instant
 from check_vllm.memory.statefile import check_file
 from check_vllm.restart.policy import Event, screen
 from tests.rig.loading_vllm import Loaders, free_port
+from tests.rig.scripts import Result, run_check, run_script
 
 
 @pytest.fixture
@@ -33,17 +33,15 @@ def plant(tmp: Path, url: str, word: str = "down", state: int = 2, age: float = 
         {"verdict": {"word": word, "state": state, "text": "planted", "at": time.time() - age, "engines": {}}})
 
 
-def handler(tmp: Path, url: str, *extra: str, state: str = "CRITICAL") -> subprocess.CompletedProcess:
+def handler(tmp: Path, url: str, *extra: str, state: str = "CRITICAL") -> Result:
     counter = tmp / "restarts.txt"
-    argv = ["check_vllm_restart", "--state", state, "--state-type", "HARD", "--attempt", "3", "--url", url,
-            "--state-dir", str(tmp / "state"), *extra, "--", sys.executable, "-c",
-            f"open({str(counter)!r}, 'a').write('restart\\n')"]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    return run_script("check_vllm_restart", "--state", state, "--state-type", "HARD", "--attempt", "3", "--url",
+                      url, "--state-dir", str(tmp / "state"), *extra, "--", sys.executable, "-c",
+                      f"open({str(counter)!r}, 'a').write('restart\\n')")
 
 
-def status(tmp: Path, url: str, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["check_vllm_restart", "--status", "--url", url, "--state-dir", str(tmp / "state"),
-                           *extra], capture_output=True, text=True, timeout=60)
+def status(tmp: Path, url: str, *extra: str) -> Result:
+    return run_script("check_vllm_restart", "--status", "--url", url, "--state-dir", str(tmp / "state"), *extra)
 
 
 def restarts(tmp: Path) -> int:
@@ -63,13 +61,13 @@ def test_a_start_the_check_has_not_seen_yet_is_never_restarted(target, loading):
     plant(tmp, url, "down")  # the check saw nothing listening; since then someone started the server
     proc = loading(url)
     out = handler(tmp, url)
-    assert out.returncode == 0 and restarts(tmp) == 0, out.stdout + out.stderr
+    assert out.code == 0 and restarts(tmp) == 0, out.out + out.err
     assert f"restart refused: verdict 'down', but the server is starting: vLLM process {proc.pid} started" \
-        in out.stdout, out.stdout
+        in out.out, out.out
     proc.kill()
     proc.wait()
     again = handler(tmp, url)  # the process is gone: down is down
-    assert ": restarted: verdict 'down'" in again.stdout and restarts(tmp) == 1, again.stdout
+    assert ": restarted: verdict 'down'" in again.out and restarts(tmp) == 1, again.out
 
 
 def test_a_server_that_is_stopping_is_never_restarted_until_the_stop_grace_ends(target, tmp_path):
@@ -79,23 +77,22 @@ def test_a_server_that_is_stopping_is_never_restarted_until_the_stop_grace_ends(
     url, tmp = target
     made = Loaders(tmp_path / "procs")
 
-    def check(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["check_vllm", "-u", url, "--state-dir", str(tmp / "state"), "--min-gap", "0",
-                               *extra], capture_output=True, text=True, timeout=60)
+    def check(*extra: str) -> Result:
+        return run_check(tmp / "state", "-u", url, "--min-gap", "0", *extra)
     try:
         proc = made.serving(int(url.rsplit(":", 1)[1]))
-        assert check().returncode == 0
+        assert check().code == 0
         made.stop(proc)
-        assert check().stdout.startswith("VLLM WARNING - stopping:")
+        assert check().out.startswith("VLLM WARNING - stopping:")
         time.sleep(1.1)
         down = check("--stop-grace", "1")
-        assert down.returncode == 2 and down.stdout.startswith("VLLM CRITICAL - down: refusing"), down.stdout
+        assert down.code == 2 and down.out.startswith("VLLM CRITICAL - down: refusing"), down.out
         out = handler(tmp, url)  # its --stop-grace is the default 120 s: the stop began 1 s ago
-        assert out.returncode == 0 and restarts(tmp) == 0, out.stdout + out.stderr
+        assert out.code == 0 and restarts(tmp) == 0, out.out + out.err
         assert re.search(rf"restart refused: verdict 'down', but the server is stopping: vLLM process {proc.pid} "
-                         rf"served and still lives, refusing for \d+\.\d s \(grace 120 s", out.stdout), out.stdout
+                         rf"served and still lives, refusing for \d+\.\d s \(grace 120 s", out.out), out.out
         late = handler(tmp, url, "--stop-grace", "1")  # the check's own value
-        assert ": restarted: verdict 'down'" in late.stdout and restarts(tmp) == 1, late.stdout
+        assert ": restarted: verdict 'down'" in late.out and restarts(tmp) == 1, late.out
     finally:
         made.close()
 
@@ -106,7 +103,7 @@ def test_past_the_grace_a_process_that_never_served_is_restarted(target, loading
     loading(url)
     time.sleep(1.1)
     out = handler(tmp, url, "--start-grace", "1")
-    assert ": restarted: verdict 'down'" in out.stdout and restarts(tmp) == 1, out.stdout
+    assert ": restarted: verdict 'down'" in out.out and restarts(tmp) == 1, out.out
 
 
 @pytest.mark.parametrize("flags, why", [
@@ -118,10 +115,10 @@ def test_a_downtime_or_an_acknowledgement_holds_a_restart_back(target, flags, wh
     url, tmp = target
     plant(tmp, url, "stuck")
     out = handler(tmp, url, *flags)
-    assert out.returncode == 0 and restarts(tmp) == 0
-    assert f"restart refused: CRITICAL HARD, but {why}" in out.stdout, out.stdout
+    assert out.code == 0 and restarts(tmp) == 0
+    assert f"restart refused: CRITICAL HARD, but {why}" in out.out, out.out
     unset = handler(tmp, url, "--service-downtime", "", "--host-downtime", "0", "--acknowledged", "")
-    assert ": restarted: verdict 'stuck'" in unset.stdout and restarts(tmp) == 1, unset.stdout
+    assert ": restarted: verdict 'stuck'" in unset.out and restarts(tmp) == 1, unset.out
 
 
 def test_the_main_services_downtime_given_beside_the_own_one_holds_a_restart_back(target):
@@ -130,10 +127,10 @@ def test_the_main_services_downtime_given_beside_the_own_one_holds_a_restart_bac
     url, tmp = target
     plant(tmp, url, "stuck")
     out = handler(tmp, url, "--service-downtime=1", "--service-downtime=0")
-    assert "restart refused: CRITICAL HARD, but the service is in a scheduled downtime" in out.stdout, out.stdout
+    assert "restart refused: CRITICAL HARD, but the service is in a scheduled downtime" in out.out, out.out
     assert restarts(tmp) == 0
     out = handler(tmp, url, "--service-downtime=0", "--service-downtime=")
-    assert ": restarted: verdict 'stuck'" in out.stdout and restarts(tmp) == 1, out.stdout
+    assert ": restarted: verdict 'stuck'" in out.out and restarts(tmp) == 1, out.out
 
 
 def test_screen_is_pure_and_names_the_hold():
@@ -147,21 +144,21 @@ def test_status_is_the_handlers_decision_as_a_service_state(target):
     url, tmp = target
     plant(tmp, url, "busy", 0)
     ok = status(tmp, url)
-    assert ok.returncode == 0 and ok.stdout.startswith("VLLM_RESTART OK - nothing to restart: the check's last "
-                                                       "verdict is 'busy'"), ok.stdout
+    assert ok.code == 0 and ok.out.startswith("VLLM_RESTART OK - nothing to restart: the check's last "
+                                                       "verdict is 'busy'"), ok.out
     plant(tmp, url, "stuck")  # proven stuck while the main service was already CRITICAL for a threshold
     due = status(tmp, url)
-    assert due.returncode == 2 and due.stdout.startswith("VLLM_RESTART CRITICAL - due: verdict 'stuck'"), due.stdout
+    assert due.code == 2 and due.out.startswith("VLLM_RESTART CRITICAL - due: verdict 'stuck'"), due.out
     assert restarts(tmp) == 0  # --status restarts nothing
-    assert ": restarted:" in handler(tmp, url).stdout and restarts(tmp) == 1
+    assert ": restarted:" in handler(tmp, url).out and restarts(tmp) == 1
     time.sleep(0.2)
     plant(tmp, url, "stuck", age=0.0)  # the restarted server is stuck again, inside the cooldown
     held = status(tmp, url)
-    assert held.returncode == 1 and "held back: verdict 'stuck', but the last restart was" in held.stdout, held.stdout
+    assert held.code == 1 and "held back: verdict 'stuck', but the last restart was" in held.out, held.out
     after = status(tmp, url, "--cooldown", "0")  # the cooldown over: due again, a state change, a handler call
-    assert after.returncode == 2, after.stdout
+    assert after.code == 2, after.out
     down = status(tmp, url, "--host-downtime", "1")
-    assert down.returncode == 1 and "scheduled downtime" in down.stdout
+    assert down.code == 1 and "scheduled downtime" in down.out
 
 
 def test_status_holds_a_restart_back_while_the_main_service_is_soft(target):
@@ -170,27 +167,25 @@ def test_status_holds_a_restart_back_while_the_main_service_is_soft(target):
     url, tmp = target
     plant(tmp, url, "down")
     soft = status(tmp, url, "--state-type", "0", "--attempt", "1")  # Icinga 2 passes 0/1 and check_attempt
-    assert soft.returncode == 1, soft.stdout
-    assert soft.stdout.startswith("VLLM_RESTART WARNING - held back: the main service is CRITICAL SOFT, attempt 1, "
-                                  "a restart waits for its HARD state (verdict 'down' (planted)"), soft.stdout
+    assert soft.code == 1, soft.out
+    assert soft.out.startswith("VLLM_RESTART WARNING - held back: the main service is CRITICAL SOFT, attempt 1, "
+                                  "a restart waits for its HARD state (verdict 'down' (planted)"), soft.out
     hard = status(tmp, url, "--state-type", "HARD")
-    assert hard.returncode == 2 and hard.stdout.startswith("VLLM_RESTART CRITICAL - due: verdict 'down'"), hard.stdout
+    assert hard.code == 2 and hard.out.startswith("VLLM_RESTART CRITICAL - due: verdict 'down'"), hard.out
     unknown = status(tmp, url, "--state-type=")  # Nagios' on-demand macro of a service it does not know: empty
-    assert unknown.returncode == 2, unknown.stdout
+    assert unknown.code == 2, unknown.out
     plant(tmp, url, "busy", 0)
     quiet = status(tmp, url, "--state-type", "SOFT")  # nothing to restart: SOFT changes nothing
-    assert quiet.returncode == 0 and "nothing to restart" in quiet.stdout, quiet.stdout
+    assert quiet.code == 0 and "nothing to restart" in quiet.out, quiet.out
     bad = status(tmp, url, "--state-type", "LATER")
-    assert bad.returncode == 3 and "--state-type must be SOFT or HARD" in bad.stdout, bad.stdout
+    assert bad.code == 3 and "--state-type must be SOFT or HARD" in bad.out, bad.out
 
 
 def test_status_usage_errors_are_unknown_not_critical(tmp_path):
-    out = subprocess.run(["check_vllm_restart", "--status", "--url", "ftp://x"], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 3 and out.stdout.startswith("VLLM_RESTART UNKNOWN - usage:"), out.stdout
-    bad = subprocess.run(["check_vllm_restart", "--status", "--url", "http://127.0.0.1:1", "--service-downtime",
-                          "x"], capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 3, bad.stdout + bad.stderr
+    out = run_script("check_vllm_restart", "--status", "--url", "ftp://x")
+    assert out.code == 3 and out.out.startswith("VLLM_RESTART UNKNOWN - usage:"), out.out
+    bad = run_script("check_vllm_restart", "--status", "--url", "http://127.0.0.1:1", "--service-downtime", "x")
+    assert bad.code == 3, bad.out + bad.err
 
 
 def test_a_restart_in_progress_reads_as_now_until_the_command_ends(tmp_path):
