@@ -7,7 +7,9 @@ does not start FAILS the tier with the reason and the log tail.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -94,6 +96,19 @@ class Simulator:
                 self.proc.kill()
                 self.proc.wait()
         self.fh.close()
+
+
+def stop_group(proc: subprocess.Popen | None, grace: float = 15) -> None:
+    """Stop a daemon started in its own process group (its check and handler children with it): TERM, then
+    KILL after `grace` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def plugin_dir(root: Path) -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -16,7 +15,7 @@ import pytest
 
 from tests.package import layout
 
-from .harness import CONTRIB, FAST_CHECK, free_port, icinga_value, tail, wait_for
+from .harness import CONTRIB, FAST_CHECK, free_port, icinga_value, stop_group, tail, wait_for
 
 
 def shipped_includes(conf: Path | None = None) -> str:
@@ -170,13 +169,7 @@ object Host "{HOST}" {{
 
     def stop(self) -> None:
         self._stream_stop.set()
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc)
         self.client.close()
 
     def diag(self) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ from .harness import (
     restarted_once_by_the_restart_service,
     serve,
     shipped,
+    stop_group,
     tail,
     wait_for,
 )
@@ -232,13 +232,7 @@ service_check_timeout=30
         self.command(f"SCHEDULE_FORCED_SVC_CHECK;{HOST};{name};{int(time.time())}")
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc)
 
     def diag(self) -> str:
         return f"--- nagios.log\n{tail(self.log, 30)}\n--- stdout\n{tail(self.stdout, 10)}"

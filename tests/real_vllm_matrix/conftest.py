@@ -26,11 +26,12 @@ from pathlib import Path
 import pytest
 
 from tests.rig.heavy_lock import HeavyLock
+from tests.rig.scripts import real_runner
 from tests.rig.tiers import mark_tier
 from tests.rig.vllm_server import CACHE_DIR, VllmSetupError, VllmStartError, ensure_tiny_model, free_port
 
 from .harness import NOTES, ReleaseServer, ensure_matrix, releases
-from .runs import Check, runner
+from .runs import Check
 
 HERE = Path(__file__).resolve().parent
 MATRIX_JSON = Path(os.environ.get("CHECK_VLLM_MATRIX_JSON")
@@ -194,4 +195,4 @@ def release_server(request, matrix):
 @pytest.fixture
 def check(tmp_path: Path) -> Check:
     """The installed check_vllm, with its own state directory (one per test)."""
-    return runner(tmp_path / "state")
+    return real_runner(tmp_path / "state")

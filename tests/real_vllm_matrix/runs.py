@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 from check_vllm.contract.vocab import CRITICAL, OK, UNKNOWN, WARNING
 from tests.rig.scripts import Result, checked, script  # noqa: F401  (the matrix modules take them here)
-from tests.rig.scripts import real_runner as runner  # noqa: F401
 from tests.rig.vllm_server import VllmServer, sample_sum
 
 CHECK = script("check_vllm")

@@ -28,10 +28,11 @@ import httpx
 import pytest
 
 from check_vllm.contract.vocab import CRITICAL, OK, WARNING
+from tests.rig.scripts import real_runner
 from tests.rig.vllm_server import CACHE_DIR, VllmStartError, free_port, parse_samples, proc_comm, sample_sum
 
 from .harness import NOTES, ServeServer, write_vllm_metadata
-from .runs import FAST, LONG, PAUSE, STUCK, Check, completions, finished, run_until, runner, settled
+from .runs import FAST, LONG, PAUSE, STUCK, Check, completions, finished, run_until, settled
 
 pytestmark = pytest.mark.real_vllm_matrix
 
@@ -90,7 +91,7 @@ def dp_server(matrix, tmp_path_factory) -> Iterator[ServeServer]:
     try:
         assert srv.version() == RELEASE
         srv.fresh_page = srv.metrics_text()
-        srv.fresh = runner(tmp_path_factory.mktemp("fresh-state"))(srv.url, *FAST)
+        srv.fresh = real_runner(tmp_path_factory.mktemp("fresh-state"))(srv.url, *FAST)
         NOTES[KEY]["fresh_server_check"] = srv.fresh.status
         warm(srv)
         yield srv
@@ -208,7 +209,7 @@ def settle_or_judge(srv: ServeServer, check: Check, timeout: float = 60.0) -> st
 
 def test_dp_restart(dp_server: ServeServer, check: Check, tmp_path: Path):
     srv = dp_server
-    settle_or_judge(srv, runner(tmp_path / "settle"), timeout=30)
+    settle_or_judge(srv, real_runner(tmp_path / "settle"), timeout=30)
     old = srv.wait_for(quiet, timeout=90)
     assert (sample_sum(old, "vllm:generation_tokens_total") or 0) > 0
     first = check(srv.url, *FAST)
@@ -216,7 +217,7 @@ def test_dp_restart(dp_server: ServeServer, check: Check, tmp_path: Path):
     srv.restart(timeout=300)
     fresh = srv.metrics_text()
     assert sample_sum(fresh, "process_start_time_seconds") is None
-    NOTES[KEY]["restarted_fresh_check"] = runner(tmp_path / "fresh")(srv.url, *FAST).status
+    NOTES[KEY]["restarted_fresh_check"] = real_runner(tmp_path / "fresh")(srv.url, *FAST).status
     warm(srv)
     r = check(srv.url, *FAST)
     assert (r.code, r.word) == (OK, "restarted"), r.out
