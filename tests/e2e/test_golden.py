@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from check_vllm.contract.vocab import WORDS
-from tests.rig.scripts import run_check, script
+from tests.rig.scripts import run_check, run_script, script
 from vllm_simulator import Simulator
 
 from .conftest import FAST
@@ -37,7 +37,6 @@ OK, WARNING, CRITICAL = 0, 1, 2
 
 
 CHECK = script("check_vllm")
-RESTART = script("check_vllm_restart")
 #: Between two runs of one case: more than --min-gap (FAST), so the second run compares instead of repeating.
 GAP = 0.4
 #: Common to every run; a row's own arguments come later and win (argparse keeps the last value).
@@ -311,11 +310,9 @@ CASES = [
 
 def _restart_handler(sim: Simulator, state: Path) -> None:
     """Let check_vllm_restart act on the check's CRITICAL verdict, so it writes its restart marker itself."""
-    assert RESTART, "check_vllm_restart is not installed (pip install -e .)"
-    argv = [RESTART, "--state", "CRITICAL", "--state-type", "HARD", "--url", sim.url, "--state-dir", str(state),
-            "--", sys.executable, "-c", "pass"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and ": restarted: " in proc.stdout, proc.stdout + proc.stderr
+    done = run_script("check_vllm_restart", "--state", "CRITICAL", "--state-type", "HARD", "--url", sim.url,
+                      "--state-dir", str(state), "--", sys.executable, "-c", "pass")
+    assert done.code == 0 and ": restarted: " in done.out, done
 
 
 def _older_baseline(sim: Simulator, state: Path) -> None:

@@ -5,11 +5,11 @@ afterwards is still stuck."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from tests.rig.scripts import Result, run_script
 from vllm_simulator import Simulator
 
 from .conftest import FAST
@@ -17,10 +17,10 @@ from .conftest import FAST
 ARGS = ("--stuck-seconds", "2", "--stuck-readings", "2", *FAST)
 
 
-def handler(url: str, state: Path, counter: Path) -> subprocess.CompletedProcess:
-    argv = ["check_vllm_restart", "--state", "CRITICAL", "--state-type", "HARD", "--attempt", "3", "--url", url,
-            "--state-dir", str(state), "--", sys.executable, "-c", f"open({str(counter)!r}, 'a').write('x\\n')"]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+def handler(url: str, state: Path, counter: Path) -> Result:
+    return run_script("check_vllm_restart", "--state", "CRITICAL", "--state-type", "HARD", "--attempt", "3",
+                      "--url", url, "--state-dir", str(state), "--", sys.executable, "-c",
+                      f"open({str(counter)!r}, 'a').write('x\\n')")
 
 
 def test_a_paused_engine_is_paused_never_stuck_nor_restarted_and_a_stall_after_it_is(sim: Simulator, run_check,
