@@ -30,9 +30,10 @@ from tests.rig.loopback import (  # noqa: F401  (the tests of this folder take t
     read_request,
     sim_page,
 )
-from tests.rig.scripts import FAST, Result, script
+from tests.rig.scripts import FAST, Result, script, zygote
 
 CHECK = script("check_vllm")
+RESTART = script("check_vllm_restart")
 
 __all__ = ["CHECK", "FAST", "Loopback", "Outcome", "RawServer", "sane", "sim_page"]
 
@@ -86,7 +87,17 @@ def check(tmp_path: Path) -> Callable[..., Outcome]:
 
 
 def spawn(argv: list[str], env: dict[str, str], limit: float = 90.0) -> tuple[int, str, str, int]:
-    """Run to completion; exit code, stdout, stderr and the peak RSS (KiB) of that very process (wait4)."""
+    """Run to completion; exit code, stdout, stderr and the peak RSS (KiB) of that very process (wait4). A run
+    of the check or the handler itself is forked from the rig's warm zygote (its peak RSS then counts the
+    zygote's pages too, an upper bound); a run under a prefix, or one the zygote cannot stand in for, is
+    spawned from the installed script."""
+    name = {CHECK: "check_vllm", RESTART: "check_vllm_restart"}.get(argv[0])
+    try:
+        forked = zygote().run(name, argv[1:], env, limit) if name else None
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{argv} did not finish in {limit:g} s") from None
+    if forked is not None:
+        return forked.code, forked.out, forked.err, forked.rss_kb
     # close_fds=False lets Python posix_spawn the child: a fork would count this test process's own
     # memory in the child's peak RSS. Our fds are non-inheritable anyway (PEP 446).
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=False)
@@ -121,9 +132,6 @@ def has(tool: str) -> bool:
 
 
 # --------------------------------------------------------------------------- the restart handler, run strictly
-
-RESTART = script("check_vllm_restart")
-
 
 @dataclass
 class Handled:

@@ -72,7 +72,8 @@ CODE_OF = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
 
 
 @functools.cache
-def _zygote() -> Zygote:
+def zygote() -> Zygote:
+    """This test process's zygote (started on its first run)."""
     return Zygote()
 
 
@@ -83,12 +84,13 @@ def run_script(name: str, *args: str, env: dict[str, str] | None = None, timeout
     subject), `prefix` runs it under another command (setpriv), or the zygote cannot stand in for it. No
     traceback ever reaches its output."""
     env = os.environ.copy() if env is None else env
-    forked = None if installed or prefix else _zygote().run(name, list(args), env, timeout)
+    forked = None if installed or prefix else zygote().run(name, list(args), env, timeout)
     if forked is None:
         proc = subprocess.run([*prefix, script(name), *args], capture_output=True, text=True, timeout=timeout,
                               env=env)
-        forked = (proc.returncode, proc.stdout, proc.stderr)
-    result = Result(*forked)
+        result = Result(proc.returncode, proc.stdout, proc.stderr)
+    else:
+        result = Result(forked.code, forked.out, forked.err)
     assert "Traceback" not in result.out + result.err, result.out + result.err
     return result
 

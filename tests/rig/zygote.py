@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import traceback
+from typing import NamedTuple
 
 #: The console scripts (setup.cfg's entry points) a child can run.
 ENTRY = {"check_vllm": "check_vllm.nagios.cli", "check_vllm_restart": "check_vllm.restart.handler",
@@ -67,17 +68,19 @@ def _child(request: dict, out: int, err: int) -> None:
             os._exit(code & 0xFF)
 
 
-def _wait(pid: int, timeout: float) -> int | None:
-    """The child's exit code (negative: its signal), or None when it outlived `timeout` (then it is killed)."""
+def _wait(pid: int, timeout: float) -> tuple[int | None, int]:
+    """The child's exit code (negative: its signal; None when it outlived `timeout`, then it is killed) and its
+    peak RSS in KiB (wait4: the run's own, counted from the zygote's pages it shares)."""
     fd = os.pidfd_open(pid)
     try:
         if not select.select([fd], [], [], timeout)[0]:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
-            return None
+            return None, 0
     finally:
         os.close(fd)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    _, status, usage = os.wait4(pid, 0)
+    return os.waitstatus_to_exitcode(status), usage.ru_maxrss
 
 
 def serve() -> None:
@@ -99,13 +102,22 @@ def serve() -> None:
             pid = os.fork()
             if pid == 0:
                 _child(request, out.fileno(), err.fileno())
-            code = _wait(pid, request["timeout"])
+            code, rss_kb = _wait(pid, request["timeout"])
             out.seek(0)
             err.seek(0)
-            answer = {"code": code, "out": out.read().decode("utf-8", "replace"),
+            answer = {"code": code, "rss_kb": rss_kb, "out": out.read().decode("utf-8", "replace"),
                       "err": err.read().decode("utf-8", "replace")}
         answers.write(json.dumps(answer) + "\n")
         answers.flush()
+
+
+class Ran(NamedTuple):
+    """A forked run: what subprocess.run would report, and the child's peak RSS."""
+
+    code: int
+    out: str
+    err: str
+    rss_kb: int
 
 
 class Zygote:
@@ -126,8 +138,8 @@ class Zygote:
         return self._proc
 
     def run(self, script: str, argv: list[str], env: dict[str, str], timeout: float,
-            cwd: str | None = None) -> tuple[int, str, str] | None:
-        """(exit code, stdout, stderr) of `script` with `argv`, or None when this run must be executed instead;
+            cwd: str | None = None) -> Ran | None:
+        """The run of `script` with `argv`, or None when this run must be executed instead;
         subprocess.TimeoutExpired past `timeout`, as subprocess.run raises it."""
         starts = {k: v for k, v in env.items() if _starts_python(k)}
         if script not in ENTRY or starts != {k: v for k, v in self._env.items() if _starts_python(k)}:
@@ -146,7 +158,7 @@ class Zygote:
             self._lock.release()
         if answer["code"] is None:
             raise subprocess.TimeoutExpired([script, *argv], timeout, answer["out"], answer["err"])
-        return answer["code"], answer["out"], answer["err"]
+        return Ran(answer["code"], answer["out"], answer["err"], answer["rss_kb"])
 
 
 if __name__ == "__main__":
