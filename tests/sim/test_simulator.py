@@ -397,6 +397,13 @@ def test_scenarios_tuple_is_complete() -> None:
 # --- the CLI --------------------------------------------------------------------------------------------------
 
 
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
 def test_cli_prints_its_url_serves_and_exits_0_on_sigterm() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(
@@ -412,11 +419,14 @@ def test_cli_prints_its_url_serves_and_exits_0_on_sigterm() -> None:
         text = httpx.get(f"{url}/metrics", timeout=5).text
         assert 'vllm:num_requests_running{engine="1",model_name="tiny-llama"} 2.0' in text
         # a dead subprocess cannot be reached, so it is told when to come back
-        answer = httpx.post(f"{url}/_sim/scenario", json={"scenario": "dead", "seconds": 0.3}, timeout=5)
+        # (dead for 2 s: a loaded machine must still meet the refusal inside it; then back, waited for)
+        answer = httpx.post(f"{url}/_sim/scenario", json={"scenario": "dead", "seconds": 2}, timeout=5)
         assert answer.json() == {"scenario": "dead"}
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"{url}/health", timeout=2)
-        time.sleep(0.5)
+        back = time.monotonic() + 10
+        while not _answers(f"{url}/_sim/scenario") and time.monotonic() < back:
+            time.sleep(0.1)
         assert httpx.get(f"{url}/_sim/scenario", timeout=5).json() == {"scenario": "idle"}
         assert json.loads(httpx.get(f"{url}/_sim/requests", timeout=5).text)[0]["path"] == "/metrics"
     finally:
