@@ -2,8 +2,8 @@
 `check_vllm --help`, the agent's in docs/haproxy-agent.md from `check_vllm_agent --help`, the README's
 verdict table from the contract's table (check_vllm.contract.vocab.VERDICTS), docs/probes.md's probe table from
 check_vllm.contract.probes, docs/how-it-decides.md's sample lines (from the golden table of
-tests/e2e/test_golden.py) and exit-code table, and the README's reliability tables from
-the report of one 60-minute soak (docs/soak-60min.json, written by `SOAK_MINUTES=60 tox -e soak`).
+tests/e2e/test_golden.py) and exit-code table, and the README's reliability tables and docs/soak.md's tables of
+the run from the report of one 60-minute soak (docs/soak-60min.json, written by `SOAK_MINUTES=60 tox -e soak`).
 
 Run `python tools/update_readme.py`; tests/unit/test_readme.py fails when any of them is stale.
 """
@@ -31,6 +31,8 @@ PROBES = USAGE.parent / "probes.md"
 P_START, P_END = "<!-- probes:start -->", "<!-- probes:end -->"
 DECIDES = USAGE.parent / "how-it-decides.md"
 S_START, S_END = "<!-- samples:start -->", "<!-- samples:end -->"
+SOAK_DOC = USAGE.parent / "soak.md"
+K_START, K_END = "<!-- soak-run:start -->", "<!-- soak-run:end -->"
 E_START, E_END = "<!-- exit-codes:start -->", "<!-- exit-codes:end -->"
 #: What ends a run with each code besides the verdict words that carry it (the contract table owns those).
 OTHER_CAUSES = (
@@ -225,6 +227,20 @@ def reliability(res: dict) -> str:
     return "\n".join([head, "", *_window_rows(res), "", *_fault_rows(res)]) + "\n"
 
 
+def soak_run() -> str:
+    """docs/soak.md's tables of the 60-minute run: the soak's own report (tests/soak/report.py's markdown, the
+    same text as its soak-report.md) of docs/soak-60min.json, without its title, one heading level down."""
+    sys.path.insert(0, str(README.parent))
+    from tests.soak.report import markdown
+
+    lines = markdown(json.loads(SOAK.read_text())).splitlines()[2:]
+    return "\n".join("#" + line if line.startswith("## ") else line for line in lines) + "\n"
+
+
+def render_soak(text: str) -> str:
+    return _between(text, K_START, K_END, soak_run())
+
+
 def render_readme(text: str) -> str:
     text = _between(text, V_START, V_END, verdicts())
     return _between(text, R_START, R_END, reliability(json.loads(SOAK.read_text())))
@@ -232,7 +248,7 @@ def render_readme(text: str) -> str:
 
 if __name__ == "__main__":
     for path, renderer in ((USAGE, render), (AGENT, render_agent), (README, render_readme), (PROBES, render_probes),
-                           (HANDLER, render_handler), (DECIDES, render_decides)):
+                           (HANDLER, render_handler), (DECIDES, render_decides), (SOAK_DOC, render_soak)):
         text = path.read_text()
         new = renderer(text)
         if new != text:

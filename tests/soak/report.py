@@ -268,7 +268,8 @@ def markdown(res: dict) -> str:
     for w in res["windows"]:
         if w["kind"] != "fault":
             continue
-        note = w.get("operator") or ""
+        # (supervisorctl's lines, one cell: a newline would end the table's row)
+        note = ", ".join(f"`{line.strip()}`" for line in (w.get("operator") or "").splitlines() if line.strip())
         if w.get("metrics_latency"):
             ml = w["metrics_latency"]
             note = (f"/metrics median {_f(ml.get('before_median'), '{:.3f}')} s before, "

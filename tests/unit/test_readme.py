@@ -1,5 +1,5 @@
 """The generated blocks (docs/usage.md from check_vllm --help, docs/haproxy-agent.md from check_vllm_agent
---help, the README's verdict table and its reliability tables from the 60-minute soak's report, docs/probes.md's
+--help, the README's verdict table and its reliability tables and docs/soak.md's tables from the 60-minute soak's report, docs/probes.md's
 probe table from check_vllm.contract.probes): fail when
 someone forgot to regenerate them."""
 
@@ -138,3 +138,11 @@ def test_the_samples_and_the_exit_code_table_are_current():
             assert f"`{w.word}`" in row, (w.word, row)
     stale = text.replace("`unreachable`, `protocol`", "`unreachable`", 1)
     assert stale != text and tool.render_decides(stale) != stale
+
+
+def test_the_soak_tables_in_docs_are_the_reports():
+    tool = _tool()
+    text = tool.SOAK_DOC.read_text()
+    assert text.count(tool.K_START) == text.count(tool.K_END) == 1
+    assert tool.render_soak(text) == text, "docs/soak.md is stale: run `python tools/update_readme.py`"
+    assert tool.render_soak(text.replace("| normal |", "| quiet |", 1)) != text.replace("| normal |", "| quiet |", 1)
