@@ -137,8 +137,7 @@ class Zygote:
                 raise RuntimeError(f"the zygote did not start: {ready!r}")
         return self._proc
 
-    def run(self, script: str, argv: list[str], env: dict[str, str], timeout: float,
-            cwd: str | None = None) -> Ran | None:
+    def run(self, script: str, argv: list[str], env: dict[str, str], timeout: float) -> Ran | None:
         """The run of `script` with `argv`, or None when this run must be executed instead;
         subprocess.TimeoutExpired past `timeout`, as subprocess.run raises it."""
         starts = {k: v for k, v in env.items() if _starts_python(k)}
@@ -149,7 +148,7 @@ class Zygote:
         try:
             proc = self._started()
             assert proc.stdin and proc.stdout
-            request = {"script": script, "argv": [script, *argv], "env": env, "cwd": cwd or os.getcwd(),
+            request = {"script": script, "argv": [script, *argv], "env": env, "cwd": os.getcwd(),
                        "timeout": timeout}
             proc.stdin.write(json.dumps(request) + "\n")
             proc.stdin.flush()
