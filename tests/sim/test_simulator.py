@@ -149,8 +149,8 @@ def test_multiprocess_has_no_process_metrics_and_no_created(
 
 def test_busy_counters_advance_at_the_documented_rates(make_sim: Callable[..., Simulator]) -> None:
     sim = make_sim(scenario="busy", max_num_seqs=2)
+    t0 = time.monotonic()  # before the first scrape: the counters' window lies inside [t0, end of the second]
     before = scrape(sim)
-    t0 = time.monotonic()
     time.sleep(0.2)
     after = scrape(sim)
     elapsed = time.monotonic() - t0
