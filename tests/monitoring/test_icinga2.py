@@ -28,7 +28,7 @@ from .harness import (
     serve,
     wait_for,
 )
-from .icinga2 import Icinga2, schedule_downtime, service, shipped_includes
+from .icinga2 import HOST, Icinga2, schedule_downtime, service, shipped_includes
 
 pytestmark = pytest.mark.monitoring
 
@@ -240,4 +240,8 @@ def test_a_server_that_freezes_during_a_downtime_is_left_alone_then_restarted_on
     assert any(r["state"] == 2 and r["output"].startswith("VLLM CRITICAL - stuck") for r in main), main[-5:]
     status = [r["output"] for r in icinga.results_of("held-restart")]
     assert any(o.startswith("VLLM_RESTART WARNING - held back: ") and "downtime" in o for o in status), status
-    assert any(o.startswith("VLLM_RESTART CRITICAL - due: verdict 'stuck'") for o in status), status
+    # The API's event stream can drop a result (none is replayed after a reconnect: CI stop 33 lost this one
+    # while Icinga 2's own log shows the state change and the handler it ran): either record is the proof.
+    due = any(o.startswith("VLLM_RESTART CRITICAL - due: verdict 'stuck'") for o in status)
+    logged = f"'{HOST}!held-restart' hard state change from WARNING to CRITICAL detected" in icinga.log.read_text()
+    assert due or logged, (status, icinga.diag())
