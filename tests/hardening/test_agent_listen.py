@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sysconfig
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from check_vllm.haproxy import listen
 from check_vllm.haproxy.listen import AgentServer, allowed, parse_allow
+from tests.rig.scripts import script
 
 LINE = "up ready 100% #idle: test\n"
-AGENT = str(Path(sysconfig.get_path("scripts")) / "check_vllm_agent")
 
 
 @pytest.fixture
@@ -94,7 +92,7 @@ def test_allow_list_rules():
 
 
 def test_a_bad_allow_is_a_usage_error():
-    done = subprocess.run([AGENT, "--allow", "10.0.0.300", "--listen", "127.0.0.1:1"], capture_output=True,
+    done = subprocess.run([script("check_vllm_agent"), "--allow", "10.0.0.300", "--listen", "127.0.0.1:1"], capture_output=True,
                           text=True, timeout=30)
     assert done.returncode == 2 and "--allow '10.0.0.300': not an IP address" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr

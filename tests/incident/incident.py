@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import httpx
 
 from tests.monitoring.harness import icinga_value, tail
 from tests.monitoring.icinga2 import HOST, Icinga2
+from tests.rig.scripts import script
 from tests.rig.vllm_server import SERVED_MODEL_NAME, Load, sample_sum
 from tests.rig.waiting import wait_for
 
@@ -98,10 +98,7 @@ def plugin_dir(root: Path) -> Path:
     d = root / "plugins"
     d.mkdir()
     for name in ("check_vllm", "check_vllm_restart"):
-        exe = shutil.which(name)
-        if exe is None:
-            raise RuntimeError(f"{name} is not on PATH: pip install -e . first")
-        (d / name).symlink_to(exe)
+        (d / name).symlink_to(script(name))
     return d
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -34,6 +33,7 @@ import time
 import pytest
 
 from tests.monitoring.icinga2 import schedule_downtime
+from tests.rig.scripts import script
 from tests.rig.vllm_server import Load, sample_sum, saturated
 
 from .incident import (
@@ -85,7 +85,7 @@ def phase_record(w: World, name: str, **kw) -> dict:
 
 def handler_by_hand(w: World) -> tuple[float, str]:
     """check_vllm_restart exactly as Icinga's EventCommand calls it for a CRITICAL HARD result."""
-    argv = [shutil.which("check_vllm_restart") or "check_vllm_restart", "--state", "CRITICAL",
+    argv = [script("check_vllm_restart"), "--state", "CRITICAL",
             "--state-type", "HARD", "--attempt", str(MAX_ATTEMPTS), "--url", w.sup.url,
             "--state-dir", str(w.state_dir), "--cooldown", str(HANDLER_VARS["vllm_restart_cooldown"]),
             "--max-per-hour", str(HANDLER_VARS["vllm_restart_max_per_hour"]),

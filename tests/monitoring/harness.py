@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 
 from tests.package import layout
 from tests.rig.ports import free_port  # noqa: F401  (re-exported: one owner, tests/rig)
+from tests.rig.scripts import script
 from tests.rig.waiting import wait_for  # noqa: F401  (re-exported)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,9 +133,7 @@ def plugin_dir(root: Path) -> Path:
         shim.write_text(f"#!{sys.executable}\nimport sys, time\n{note}"
                         f"from check_vllm.nagios.cli import main\nmain([*sys.argv[1:], {grace}])\n")
     shim.chmod(0o755)
-    handler = str(layout.HANDLER) if layout.deb() else shutil.which("check_vllm_restart")
-    if handler is None:
-        pytest.fail("check_vllm_restart is not on PATH: pip install -e . first", pytrace=False)
+    handler = str(layout.HANDLER) if layout.deb() else script("check_vllm_restart")
     (d / "check_vllm_restart").symlink_to(handler)
     return d
 
