@@ -16,6 +16,11 @@ class UsageError(Exception):
     """A bad command line: each front end turns it into its own exit code and message."""
 
 
+class Deadline(Exception):
+    """The run's -t is spent: raised by the check's alarm, answered as UNKNOWN by the check and by --probe's
+    answer (here, not in cli.py, so the probe's glue needs no import back up into the command line)."""
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 from check_vllm import __version__
 from check_vllm.contract.vocab import CODE_NAMES, OPTIONS, RUN_TIMEOUT, SETTINGS, UNKNOWN
 from check_vllm.nagios import statusline
-from check_vllm.nagios.args import Parser, UsageError, check_url, lifecycle_options, number, read_api_key
+from check_vllm.nagios.args import Deadline, Parser, UsageError, check_url, lifecycle_options, number, read_api_key
 
 PROG = "check_vllm"
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -41,10 +41,6 @@ def epilog() -> str:
     lines += ["", "exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad usage, --help, --version, the -t timeout).",
               "The API key is read from $VLLM_API_KEY or --api-key-file, never from the command line."]
     return "\n".join(lines) + "\n"
-
-
-class Deadline(Exception):
-    pass
 
 
 def parser() -> argparse.ArgumentParser:

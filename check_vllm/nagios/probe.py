@@ -37,7 +37,7 @@ def answer_run(kind: str, run: object) -> NoReturn:
     import nagiosplugin
 
     from check_vllm.contract.values import Verdict
-    from check_vllm.nagios.cli import Deadline
+    from check_vllm.nagios.args import Deadline
     from check_vllm.nagios.plugin import Run, Server
 
     assert isinstance(run, Run)

@@ -29,7 +29,7 @@ from check_vllm.memory.statefile import (
 from check_vllm.restart.history import history_path
 from check_vllm.restart.policy import Event, Policy, decide
 from check_vllm.server import clock
-from tests.rig.scripts import Result, run_check, run_script
+from tests.rig.scripts import Result, run_check, run_script, script
 
 NOW = 1_800_000_000.0
 URL = "http://127.0.0.1:1"  # nothing listens on port 1: the real check says "down"
@@ -249,7 +249,7 @@ def test_concurrent_calls_restart_once(tmp_path):
     plant_verdict(tmp_path, "stuck", 2)
     counter = tmp_path / "restarts.txt"
     slow = [sys.executable, "-c", f"import time; open({str(counter)!r}, 'a').write('r\\n'); time.sleep(1.5)"]
-    argv = lambda: ["check_vllm_restart", "--state", "CRITICAL", "--state-type", "HARD", "--url", URL,  # noqa: E731
+    argv = lambda: [script("check_vllm_restart"), "--state", "CRITICAL", "--state-type", "HARD", "--url", URL,  # noqa: E731
                     "--state-dir", str(tmp_path / "state"), "--cooldown", "0", "--", *slow]
     procs = [subprocess.Popen(argv(), stdout=subprocess.PIPE, text=True) for _ in range(4)]
     outs = [p.communicate(timeout=60)[0] for p in procs]

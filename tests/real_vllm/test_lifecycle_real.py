@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.rig.scripts import script
 from tests.rig.vllm_server import VllmServer, free_port, group_members
 
 from .test_check_real import CHECK, FAST, Check, check  # noqa: F401  (the fixture, shared)
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.real_vllm, pytest.mark.real_vllm_last]
 
 def handler(url: str, state_dir: Path, counter: Path, *extra: str) -> subprocess.CompletedProcess:
     """check_vllm_restart as a scheduler calls it on a HARD CRITICAL; the restart command only counts."""
-    argv = ["check_vllm_restart", "--state", "CRITICAL", "--state-type", "HARD", "--attempt", "3", "--url", url,
+    argv = [script("check_vllm_restart"), "--state", "CRITICAL", "--state-type", "HARD", "--attempt", "3", "--url", url,
             "--state-dir", str(state_dir), *extra, "--", sys.executable, "-c",
             f"open({str(counter)!r}, 'a').write('restart\\n')"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)

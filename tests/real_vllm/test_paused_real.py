@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.rig.scripts import script
 from tests.rig.vllm_server import VllmServer
 
 from .test_check_real import FAST, Check, check  # noqa: F401  (the fixture, shared)
@@ -26,7 +27,7 @@ PHASE = 16.0
 
 
 def restart_handler(url: str, state: Path, counter: Path) -> None:
-    subprocess.run(["check_vllm_restart", "--state", "CRITICAL", "--state-type", "HARD", "--attempt", "3", "--url",
+    subprocess.run([script("check_vllm_restart"), "--state", "CRITICAL", "--state-type", "HARD", "--attempt", "3", "--url",
                     url, "--state-dir", str(state), "--", sys.executable, "-c",
                     f"open({str(counter)!r}, 'a').write('restart\\n')"], capture_output=True, timeout=60)
 
