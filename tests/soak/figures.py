@@ -20,6 +20,11 @@ from .sampler import Sampler
 from .traffic import Req
 
 BOUND = 0.05
+#: The share of results whose running+waiting may differ from the server's gauges nearest in time. The sampler
+#: reads every 0.5 s and the load's clients send in bursts, so a gauge can change between the check's read and
+#: the nearest sample: 2 or 3 results of 60-120 in measured runs. Perfdata taken from anything but the reading
+#: (the previous one, running alone) differs on most busy results.
+SKEW_SHARE = 0.10
 
 
 def _saved_for(s: Sampler, r: dict):
@@ -81,9 +86,12 @@ def gauges_report(s: Sampler, results: list[dict], in_flight) -> dict:
     problems = [f"{sum(1 for x in rows if not x[3])} results whose perfdata running/waiting is not the reading "
                 "the check saved"] if any(not x[3] for x in rows) else []
     agg = sum_perf / sum_server - 1 if sum_server else None
-    if agg is not None and abs(agg) > BOUND:
-        problems.append(f"perfdata running+waiting vs the server's gauges: {sum_perf:.0f} vs {sum_server:.0f} "
-                        f"({agg:+.1%})")
+    # judged by how many results differ, not by the sums: with ~1 request a result, 3 skewed results of 120 moved
+    # the sums by 9 % in one CI run while 117 were equal
+    differ = sum(1 for x in with_server if x[0] != x[1])
+    if differ > SKEW_SHARE * len(with_server):
+        problems.append(f"perfdata running+waiting vs the server's gauges: {differ} of {len(with_server)} results "
+                        f"differ ({sum_perf:.0f} vs {sum_server:.0f}, {agg if agg is None else f'{agg:+.1%}'})")
     return {"results": len(rows), "equal_to_server": sum(1 for x in with_server if x[0] == x[1]),
             "compared_to_server": len(with_server), "perf_sum": sum(x[0] for x in rows), "server_sum": sum_server,
             "aggregate_vs_server": agg, "load_sum": sum_load,
