@@ -11,7 +11,7 @@ from check_vllm.memory.codec import instant_json, instant_of
 from check_vllm.memory.statefile import (
     MAX_BYTES,
     StateError,
-    file_stem,
+    key_path,
     legacy_key,
     open_nofollow,
     read_regular,
@@ -23,7 +23,7 @@ from check_vllm.memory.strictjson import parse_json
 def marker_path(state_dir: Path, url: str, legacy: bool = False) -> Path:
     """Where the restart handler notes that it restarted this server (read by the check)."""
     key = (legacy_key if legacy else target_key)(url, "restart")
-    return Path(state_dir) / f"vllm-{file_stem(key)}.restart.json"
+    return key_path(state_dir, key, ".restart.json")
 
 
 #: A marker that says "restart in progress" for longer than this is a handler that died mid-restart.

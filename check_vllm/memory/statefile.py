@@ -21,7 +21,7 @@ from typing import Any
 from check_vllm.contract.vocab import LOCK_TIMEOUT
 from check_vllm.memory import statedir
 from check_vllm.memory.strictjson import parse_json
-from check_vllm.memory.target import canonical_url
+from check_vllm.memory.target import canonical_url, server_key
 
 FORMAT = "check_vllm-state"
 VERSION = 1
@@ -54,12 +54,23 @@ def default_dir(env: dict[str, str] | None = None) -> Path:
 
 
 def target_key(url: str, mode: str) -> str:
-    return f"{mode} {canonical_url(url)}"
+    return f"{mode} {server_key(url)}"
 
 
 def legacy_key(url: str, mode: str) -> str:
     """The key before canonical_url (1.x): what files written then are named and tagged by."""
     return f"{mode} {url.rstrip('/')}"
+
+
+def earlier_keys(url: str, mode: str) -> tuple[str, ...]:
+    """The keys earlier versions named this target's files by, newest first, read until the first save: the
+    canonical URL alone (before a loopback URL's key held its network namespace), then the URL as spelt."""
+    return (f"{mode} {canonical_url(url)}", legacy_key(url, mode))
+
+
+def key_path(state_dir: Path, key: str, suffix: str = ".json") -> Path:
+    """The file of one key in the directory this runner keeps its files in (statedir.home)."""
+    return statedir.home(state_dir) / f"vllm-{file_stem(key)}{suffix}"
 
 
 def file_stem(key: str) -> str:
@@ -72,14 +83,14 @@ def _mode(proxy: bool) -> str:
 
 
 def state_path(state_dir: Path, url: str, proxy: bool = False, legacy: bool = False) -> Path:
-    key = (legacy_key if legacy else target_key)(url, _mode(proxy))
-    return Path(state_dir) / f"vllm-{file_stem(key)}.json"
+    return key_path(state_dir, (legacy_key if legacy else target_key)(url, _mode(proxy)))
 
 
 def check_file(state_dir: Path, url: str, proxy: bool, lock_timeout: float = LOCK_TIMEOUT) -> StateFile:
     """The state file check_vllm keeps for one target (the handler reads the same one)."""
+    earlier = earlier_keys(url, _mode(proxy))
     return StateFile(state_path(state_dir, url, proxy), target_key(url, _mode(proxy)), lock_timeout,
-                     legacy=(state_path(state_dir, url, proxy, legacy=True), legacy_key(url, _mode(proxy))))
+                     legacy=tuple((key_path(state_dir, key), key) for key in earlier))
 
 
 def open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
@@ -115,9 +126,9 @@ class StateFile:
     """Lock, load and save one target's state. Use as a context manager: the lock spans the run."""
 
     def __init__(self, path: Path, target: str, lock_timeout: float = LOCK_TIMEOUT, what: str = "state file",
-                 fresh: str = "starting a new baseline", legacy: tuple[Path, str] | None = None) -> None:
+                 fresh: str = "starting a new baseline", legacy: tuple[tuple[Path, str], ...] = ()) -> None:
         self.path = Path(path)
-        #: Where and under which key an older version kept this file: read while ours does not exist yet.
+        #: Where and under which keys older versions kept this file, newest first: read while ours does not exist.
         self.legacy = legacy
         self.target = target
         self.lock_timeout = lock_timeout
@@ -167,8 +178,10 @@ class StateFile:
         try:
             fd = open_nofollow(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a planted FIFO must not block us
         except FileNotFoundError:
-            if self.legacy and Path(self.legacy[0]) != self.path:
-                return StateFile(self.legacy[0], self.legacy[1], what=what, fresh=fresh).load()
+            older = [(path, key) for path, key in self.legacy if Path(path) != self.path]
+            if older:
+                (path, key), rest = older[0], tuple(older[1:])
+                return StateFile(path, key, what=what, fresh=fresh, legacy=rest).load()
             return {}, None
         except (OSError, StateError) as err:
             return {}, f"{what} unreadable ({getattr(err, 'strerror', None) or err})"

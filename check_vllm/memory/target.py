@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 from urllib.parse import urlsplit
 
 #: Names of this host's loopback interface: a server on it is one server whichever name reaches it.
@@ -51,3 +52,20 @@ def canonical_url(url: str) -> str:
     host = _host(parts.hostname or "")
     query = f"?{parts.query}" if parts.query else ""
     return f"{scheme}://{host}{f':{port}' if port else ''}{_path(parts.path)}{query}"
+
+
+def network_namespace() -> str | None:
+    """This process's network namespace as the kernel names it (net:[inode]), or None where /proc cannot say."""
+    try:
+        return f"net:[{os.stat('/proc/self/ns/net').st_ino}]"
+    except OSError:
+        return None
+
+
+def server_key(url: str) -> str:
+    """The server a URL reaches: its canonical URL, and for this host's loopback the network namespace it is
+    reached in. 127.0.0.1:8000 in two containers (two namespaces) is two servers; their probes sharing one
+    state volume must never read each other's memory."""
+    key = canonical_url(url)
+    ns = network_namespace() if urlsplit(key).hostname == LOOPBACK else None
+    return f"{key} {ns}" if ns else key

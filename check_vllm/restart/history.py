@@ -11,8 +11,7 @@ from typing import Any
 
 from check_vllm.contract.numbers import finite
 from check_vllm.contract.values import Instant
-from check_vllm.memory.marker import marker_path
-from check_vllm.memory.statefile import StateFile, legacy_key, target_key
+from check_vllm.memory.statefile import StateFile, earlier_keys, key_path, legacy_key, target_key
 from check_vllm.restart.policy import CLOCK_SLACK
 
 #: Restarts kept on record (the breaker looks at one hour; the rest is for people).
@@ -20,8 +19,8 @@ HISTORY_KEEP = 100
 
 
 def history_path(state_dir: Path, url: str, legacy: bool = False) -> Path:
-    m = marker_path(state_dir, url, legacy)
-    return m.with_name(m.name.replace(".restart.json", ".restart-history.json"))
+    """Beside the restart marker, named by the marker's key."""
+    return key_path(state_dir, (legacy_key if legacy else target_key)(url, "restart"), ".restart-history.json")
 
 
 def history_file(state_dir: Path, url: str, lock_timeout: float) -> StateFile:
@@ -30,13 +29,13 @@ def history_file(state_dir: Path, url: str, lock_timeout: float) -> StateFile:
     lost in the change."""
     return StateFile(history_path(state_dir, url), target_key(url, "restart-history"), lock_timeout,
                      what="restart history", fresh="starting afresh",
-                     legacy=(history_path(state_dir, url, legacy=True), legacy_key(url, "restart-history")))
+                     legacy=tuple((key_path(state_dir, named, ".restart-history.json"), key) for named, key
+                                  in zip(earlier_keys(url, "restart"), earlier_keys(url, "restart-history"), strict=True)))
 
 
 def output_path(state_dir: Path, url: str) -> Path:
     """What the last restart command wrote (and a server it left running may still be writing)."""
-    m = marker_path(state_dir, url)
-    return m.with_name(m.name.replace(".restart.json", ".restart-output.log"))
+    return key_path(state_dir, target_key(url, "restart"), ".restart-output.log")
 
 
 def _entry(raw: Any) -> dict[str, Any] | None:

@@ -4,6 +4,9 @@ A run as root in the monitoring user's directory hands every file it makes to th
 reading and writing them; a directory another user could write to, or another user's, is refused (UNKNOWN
 for the check, a refusal for the handler); files another user put in it are ignored.
 
+A directory others may write to holds one private subdirectory per user (issue 36: a kubelet's emptyDir, a
+Docker volume); a name in it someone else took first is refused.
+
 The second user is nobody (65534), run through setpriv. It keeps CAP_DAC_READ_SEARCH only so that it can
 start this checkout's Python (under /root, 0700): it may read and traverse anything, but every write, and
 the lock's O_RDWR open, obeys the file's owner and mode as for any user.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -121,20 +125,79 @@ def test_files_root_left_before_the_hand_over_do_not_lock_the_monitoring_user_ou
     assert {p.stat().st_uid for p in state.iterdir()} == {USER}
 
 
-@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770])
-def test_a_state_directory_others_may_write_is_refused(tmp_path, sim, mode):
+def private(state: Path, uid: int) -> Path:
+    return state / f"uid-{uid}"
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o2777, 0o770])
+def test_a_shared_state_directory_holds_a_private_one_per_user(tmp_path, sim, mode):
+    """A directory others may write to (a kubelet's emptyDir, a Docker volume of the image's 1777 directory,
+    /tmp): each user keeps its files in its own 0700 subdirectory, and nothing else of the shared one is read."""
     state = tmp_path / "shared"
     state.mkdir()
     state.chmod(mode)
-    check = run(CHECK, "--url", sim.url, "--state-dir", str(state), *FAST)
-    assert check.returncode == UNKNOWN, check.stdout
-    assert check.stdout.startswith(f"VLLM UNKNOWN - refusing the state directory {state}: writable by "), check.stdout
-    assert "chmod go-w" in check.stdout
+    first = run(CHECK, "--url", sim.url, "--state-dir", str(state), *FAST)
+    time.sleep(0.4)
+    second = run(CHECK, "--url", sim.url, "--state-dir", str(state), *FAST)
+    assert (first.returncode, second.returncode) == (OK, OK), first.stdout + second.stdout
+    assert ";" not in second.stdout.split(" | ")[0], second.stdout  # no note: the memory was kept
+    mine = private(state, os.geteuid())
+    assert os.listdir(state) == [mine.name]
+    assert check_file(state, sim.url, proxy=False).path.parent == mine
+    assert check_file(state, sim.url, proxy=False).load()[0].get("reading"), os.listdir(mine)
+    st = os.lstat(mine)
+    assert (st.st_uid, stat.S_IMODE(st.st_mode) & 0o777) == (os.geteuid(), 0o700)
     handler = restart(state, sim.url, tmp_path / "restarts.txt")
-    assert handler.returncode == 1 and "no restart: refusing the state directory" in handler.stdout, handler.stdout
+    assert "no restart" in handler.stdout and "refusing" not in handler.stdout, handler.stdout
     status = run(HANDLER, "--status", "--url", sim.url, "--state-dir", str(state))
-    assert status.returncode == UNKNOWN and "refusing the state directory" in status.stdout, status.stdout
-    assert sorted(os.listdir(state)) == [], "a refused directory is left as it was"
+    assert "refusing" not in status.stdout and status.returncode != UNKNOWN, status.stdout
+    assert os.listdir(state) == [mine.name], "the handler keeps its files in the same private directory"
+
+
+@as_root
+def test_a_kubelet_emptydir_with_fsgroup_serves_the_pods_user(base, sim):
+    """What the kubelet makes (pkg/volume/emptydir: 0777; fsGroup: chown root:GID, setgid): the probes of
+    runAsUser 1000 keep their memory in it; a second user beside it keeps its own, and neither reads the other's."""
+    state = base / "empty-dir"
+    state.mkdir()
+    os.chown(state, 0, USER)
+    state.chmod(0o2777)
+    for _ in range(2):
+        as_user = run(CHECK, "--url", sim.url, "--state-dir", str(state), *FAST, prefix=AS_USER)
+        time.sleep(0.4)
+    assert as_user.returncode == OK and ";" not in as_user.stdout.split(" | ")[0], as_user.stdout
+    as_root_ = run(CHECK, "--url", sim.url, "--state-dir", str(state), *FAST)
+    assert as_root_.returncode == OK and ";" not in as_root_.stdout.split(" | ")[0], as_root_.stdout
+    assert sorted(os.listdir(state)) == sorted([f"uid-{USER}", "uid-0"])
+    assert len(os.listdir(private(state, USER))) == len(os.listdir(private(state, 0))) >= 2  # state + lock each
+    st = os.lstat(private(state, USER))
+    assert (st.st_uid, stat.S_IMODE(st.st_mode) & 0o777) == (USER, 0o700)
+
+
+@as_root
+@pytest.mark.parametrize("planted", ["directory", "symlink"])
+def test_a_private_directory_someone_else_made_first_is_refused(base, sim, planted):
+    shared = base / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    theirs = base / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, NEIGHBOUR, NEIGHBOUR)
+    name = private(shared, USER)
+    if planted == "directory":
+        name.mkdir(mode=0o700)
+        os.chown(name, NEIGHBOUR, NEIGHBOUR)
+    else:
+        name.symlink_to(theirs)
+        os.lchown(name, NEIGHBOUR, NEIGHBOUR)
+    check = run(CHECK, "--url", sim.url, "--state-dir", str(shared), *FAST, prefix=AS_USER)
+    assert check.returncode == UNKNOWN, check.stdout
+    said = f"VLLM UNKNOWN - refusing the state directory {name}: "
+    said += f"it belongs to uid {NEIGHBOUR}, who made it before" if planted == "directory" else "it is a symlink"
+    assert check.stdout.startswith(said), check.stdout
+    handler = restart(shared, sim.url, base / "restarts.txt", prefix=AS_USER)
+    assert handler.returncode == 1 and "no restart: refusing the state directory" in handler.stdout, handler.stdout
+    assert os.listdir(theirs) == [], "nothing is written through the plant"
 
 
 @as_root
