@@ -93,6 +93,9 @@ REJECTED = "rejected"  # 4xx, or no model to ask for: the server answers, the pr
 NO_ANSWER = "no answer"  # timed out, or 5xx: proof of a stall only if a re-read shows no progress
 ENGINE_DEAD = "engine dead"  # the API server says its engine died: a restart is what it needs
 CUT_SHORT = "cut short"  # no answer within what -t left, less than --probe-timeout: proves nothing
+#: vLLM >= 0.33 turned the probe away as paused (HTTP 503 ServiceUnavailableError "Generation is paused"): a
+#: pause with mode wait or abort, or a checkpoint; the engine's own word, never a stall.
+ENGINE_PAUSED = "engine paused"
 
 
 class ProbeOutcome(NamedTuple):
@@ -103,6 +106,24 @@ class ProbeOutcome(NamedTuple):
     completion_tokens: float = 0.0
     #: The HTTP status of an answer that was no completion (None: no answer, or a completion).
     status: int | None = None
+
+
+class Checkpoint(NamedTuple):
+    """What GET /checkpoint/status said (vLLM >= 0.34 with --enable-sleep-mode): vLLM's CheckpointState value
+    (running, preparing, prepared, restoring, failed) and its error; or NO_PAUSE_ROUTE (404, remembered per
+    process) or PAUSE_UNKNOWN (anything else)."""
+
+    state: str
+    error: str = ""
+
+
+class EngineFault(NamedTuple):
+    """One engine that GET /v1/fault_tolerance/status (--enable-fault-tolerance) calls not healthy: its id (the
+    `engine` label of /metrics), vLLM's status word (diagnosing, unhealthy, dead) and its fault_info."""
+
+    engine: str
+    status: str
+    info: str = ""
 
 
 # --------------------------------------------------------------------------- time and memory: what one run leaves the next
@@ -260,6 +281,10 @@ class Memory(NamedTuple):
     #: process_start_time_seconds of a server that answered GET /is_paused 404 (not in dev mode): not asked
     #: again until the process changes.
     no_pause_route: float | None = None
+    #: The same for GET /checkpoint/status (no --enable-sleep-mode, or before 0.34).
+    no_checkpoint_route: float | None = None
+    #: The same for the fault-tolerance status (no --enable-fault-tolerance).
+    no_fault_route: float | None = None
 
 
 # --------------------------------------------------------------------------- the verdict

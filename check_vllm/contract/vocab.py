@@ -179,6 +179,9 @@ class Settings(NamedTuple):
     #: A pause on purpose (an RL weight update, a checkpoint) longer than this is said plainly (WARNING); it is
     #: never restarted. Weight updates take seconds to minutes.
     pause_grace: float = 600.0
+    #: vLLM's engine_recovery_timeout_sec (--enable-fault-tolerance): a faulted engine is held this long for an
+    #: orchestrator's retry or scale_down before its error is raised; a stall within it is not proven stuck.
+    recovery_window: float = 120.0
 
 
 class Options(NamedTuple):

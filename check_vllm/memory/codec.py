@@ -3,9 +3,8 @@
 A piece that is missing, hand-edited or from a foreign file comes back as None (or empty): the run
 then takes a new baseline for that piece instead of guessing. The JSON shape is version 1 of the
 state file (check_vllm.memory.statefile.VERSION): keys reading, previous, stall, unresponsive, unanswered,
-probe, verdict, whole_page, starts, stopping, engine_dead,
-paused, no_pause_route. Keys are only ever added: a reader ignores the keys it does not know, and
-a key it misses reads as "nothing known", so files of older and newer check_vllm read both ways.
+probe, verdict, whole_page, starts, stopping, engine_dead, paused, no_pause_route, no_checkpoint_route,
+no_fault_route. Keys are only ever added: a reader ignores the keys it does not know, and a key it misses reads as "nothing known", so files of older and newer check_vllm read both ways.
 Times are wall-clock seconds, with the boot-time clock beside them ("mono", "boot") where the writer
 had it; a file without them (an older check_vllm) still reads, on the wall clock.
 """
@@ -150,6 +149,8 @@ def from_json(data: Any) -> Memory:
         engine_dead=instant_of(_dict(data.get("engine_dead")), "at"),
         paused=instant_of(_dict(data.get("paused")), "since"),
         no_pause_route=finite(data.get("no_pause_route")),
+        no_checkpoint_route=finite(data.get("no_checkpoint_route")),
+        no_fault_route=finite(data.get("no_fault_route")),
     )
 
 
@@ -196,8 +197,9 @@ def to_json(memory: Memory) -> dict[str, Any]:
         out["engine_dead"] = instant_json(memory.engine_dead, "at")
     if memory.paused is not None:
         out["paused"] = instant_json(memory.paused, "since")
-    if memory.no_pause_route is not None:
-        out["no_pause_route"] = memory.no_pause_route
+    for key in ("no_pause_route", "no_checkpoint_route", "no_fault_route"):
+        if getattr(memory, key) is not None:
+            out[key] = getattr(memory, key)
     if memory.last is not None:
         last = memory.last
         out["verdict"] = {"word": last.word, "state": last.code, "text": last.text, "at": last.at,
