@@ -1,40 +1,138 @@
-"""contrib/docker/restart-unhealthy run as shipped by /bin/sh, with a stand-in docker client that replays health
-events: one restart per unhealthy spell, and none within COOLDOWN of the last (the real dockerd run is the
-containers tier's)."""
+"""contrib/docker/restart-unhealthy run as shipped by /bin/sh, with a stand-in docker client that keeps which
+containers are unhealthy now (`ps`, `inspect`) and replays health events (`events`): restarts by level, not
+by edge (issue 36, case 3), at most one per container per COOLDOWN (the real dockerd run is the containers
+tier's)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+
+from tests.rig.waiting import wait_for
 
 SCRIPT = Path(__file__).resolve().parents[2] / "contrib" / "docker" / "restart-unhealthy"
 
+#: $DIR/unhealthy: one "ID NAME" a line, the containers unhealthy now; $DIR/events: the lines the first `docker
+#: events` prints before its stream ends (later ones block, as a quiet stream does); every call is logged.
 FAKE = """#!/bin/sh
+echo "$*" >> "$DIR/calls"
 case "$1" in
-  events) printf 'c1 vllm health_status: unhealthy\\nc1 vllm health_status: healthy\\nc1 vllm health_status: unhealthy\\n'
-          echo "$@" > "$LOG.events" ;;
-  restart) echo "$@" >> "$LOG" ;;
+  ps) while read -r id name; do echo "$id $name unhealthy-now"; done < "$DIR/unhealthy" ;;
+  inspect) id=$(eval echo \\${$#}); grep -q "^$id " "$DIR/unhealthy" && echo unhealthy || echo healthy ;;
+  events) if [ ! -e "$DIR/events.done" ]; then : > "$DIR/events.done"; cat "$DIR/events"; exit 0; fi
+          exec sleep 60 ;;
+  restart) id=$(eval echo \\${$#}); echo "$id" >> "$DIR/restarts" ;;
 esac
 """
 
 
-def run(tmp_path: Path, cooldown: str) -> tuple[list[str], str]:
-    fake, log = tmp_path / "docker", tmp_path / f"restarts-{cooldown}"
-    fake.write_text(FAKE)
-    fake.chmod(0o755)
-    done = subprocess.run(["/bin/sh", str(SCRIPT), "--filter", "label=check_vllm.restart=unhealthy"],
-                          env={**os.environ, "DOCKER": str(fake), "LOG": str(log), "COOLDOWN": cooldown},
-                          capture_output=True, text=True, timeout=30)
-    assert done.returncode == 1 and "docker events ended" in done.stderr, done
-    asked = Path(f"{log}.events").read_text()
-    assert "--filter event=health_status --filter label=check_vllm.restart=unhealthy" in asked, asked
-    return (log.read_text().splitlines() if log.exists() else []), done.stdout
+class Restarter:
+    def __init__(self, tmp_path: Path, cooldown: int, unhealthy: str = "", events: str = "") -> None:
+        self.dir = tmp_path
+        fake = tmp_path / "docker"
+        fake.write_text(FAKE)
+        fake.chmod(0o755)
+        (tmp_path / "unhealthy").write_text(unhealthy)
+        (tmp_path / "events").write_text(events)
+        self.proc = subprocess.Popen(
+            ["/bin/sh", str(SCRIPT), "--filter", "label=check_vllm.restart=unhealthy"],
+            env={**os.environ, "DOCKER": str(fake), "DIR": str(tmp_path), "COOLDOWN": str(cooldown),
+                 "RECONNECT": "1", "STATE_DIR": str(tmp_path / "state")},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def restarts(self) -> list[str]:
+        path = self.dir / "restarts"
+        return path.read_text().split() if path.exists() else []
+
+    def calls(self) -> list[str]:
+        path = self.dir / "calls"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        out, _ = self.proc.communicate(timeout=10)
+        return out
 
 
-def test_one_restart_per_unhealthy_spell_and_none_within_the_cooldown(tmp_path):
-    restarts, _ = run(tmp_path, "0")
-    assert restarts == ["restart -t 10 c1", "restart -t 10 c1"]
-    held, out = run(tmp_path, "900")
-    assert held == ["restart -t 10 c1"], out
-    assert "within the cooldown: left alone" in out
+@pytest.fixture
+def restarter(tmp_path: Path) -> Iterator:
+    made: list[Restarter] = []
+
+    def start(*args, **kwargs) -> Restarter:
+        made.append(Restarter(tmp_path, *args, **kwargs))
+        return made[-1]
+
+    yield start
+    for r in made:
+        r.stop()
+
+
+def test_a_container_unhealthy_before_the_restarter_starts_is_restarted(restarter):
+    r = restarter(0, unhealthy="c1 vllm\n")
+    wait_for("the restart", lambda: r.restarts(), 10)
+    time.sleep(0.5)
+    out = r.stop()
+    assert r.restarts() == ["c1"], out
+    assert "vllm unhealthy (docker ps): restarting" in out, out
+    ps = [c for c in r.calls() if c.startswith("ps ")]
+    assert ps and "--filter health=unhealthy --filter label=check_vllm.restart=unhealthy" in ps[0], ps
+
+
+def test_each_unhealthy_event_restarts_without_a_cooldown(restarter):
+    r = restarter(0, events="c1 vllm health_status: unhealthy\nc1 vllm health_status: healthy\n"
+                            "c1 vllm health_status: unhealthy\n")
+    wait_for("two restarts", lambda: len(r.restarts()) >= 2, 10)
+    out = r.stop()
+    assert r.restarts() == ["c1", "c1"], out
+    events = [c for c in r.calls() if c.startswith("events ")]
+    assert "--filter event=health_status --filter label=check_vllm.restart=unhealthy" in events[0], events
+
+
+def test_unhealthy_again_within_the_cooldown_is_restarted_when_it_ends(restarter):
+    """The second unhealthy spell comes inside the cooldown: held back, and restarted when the cooldown ends
+    because it is still unhealthy then (dockerd says nothing more: the status did not change)."""
+    r = restarter(3, unhealthy="c1 vllm\n")
+    wait_for("the first restart", lambda: r.restarts(), 10)
+    first = time.monotonic()
+    wait_for("the restart when the cooldown ends", lambda: len(r.restarts()) >= 2, 15)
+    waited = time.monotonic() - first
+    out = r.stop()
+    assert r.restarts() == ["c1", "c1"], out
+    assert 1.5 <= waited, f"restarted again {waited:.1f} s after the first, inside its cooldown of 3 s: {out}"
+    assert "within the cooldown: looked at again in " in out, out
+    assert "vllm still unhealthy when its cooldown ended: restarting" in out, out
+
+
+def test_healthy_again_when_the_cooldown_ends_is_left_alone(restarter, tmp_path):
+    r = restarter(2, unhealthy="c1 vllm\n", events="c1 vllm health_status: unhealthy\n")
+    wait_for("the first restart", lambda: r.restarts(), 10)
+    (tmp_path / "unhealthy").write_text("")   # the restart cured it
+    time.sleep(3.5)
+    out = r.stop()
+    assert r.restarts() == ["c1"], out
+    assert any(c.startswith("inspect ") for c in r.calls()), "the cooldown's end asked how the container is now"
+
+
+def test_a_broken_event_stream_is_followed_again_after_a_look_at_who_is_unhealthy(restarter, tmp_path):
+    r = restarter(0)
+    wait_for("the event stream to end and be followed again",
+             lambda: sum(c.startswith("events ") for c in r.calls()) >= 2, 10)
+    assert sum(c.startswith("ps ") for c in r.calls()) >= 2, r.calls()
+    out = r.stop()
+    assert "docker events ended" in out and r.restarts() == [], out
+
+
+def test_a_state_directory_of_someone_else_is_refused(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "state").symlink_to(target)
+    done = subprocess.run(["/bin/sh", str(SCRIPT)], env={**os.environ, "STATE_DIR": str(tmp_path / "state")},
+                          capture_output=True, text=True, timeout=10)
+    assert done.returncode == 2 and "refusing STATE_DIR" in done.stderr, done
