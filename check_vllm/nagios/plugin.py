@@ -11,11 +11,11 @@ import nagiosplugin
 from nagiosplugin.performance import Performance
 
 from check_vllm.contract.numbers import finite
-from check_vllm.contract.values import Verdict
+from check_vllm.contract.values import Instant, Memory, Verdict
 from check_vllm.contract.vocab import CRITICAL, LOCK_TIMEOUT, OK, PERFDATA, UNKNOWN, WARNING, Options, Settings
 from check_vllm.memory import codec as memory
 from check_vllm.memory.marker import load_marker, marker_path
-from check_vllm.memory.statefile import StateBusy, StateError, StateRefused, check_file
+from check_vllm.memory.statefile import StateBusy, StateError, StateFile, StateRefused, check_file
 from check_vllm.nagios import statusline
 from check_vllm.observe import observe
 from check_vllm.server import clock
@@ -53,12 +53,15 @@ class Run(NamedTuple):
 class Server(nagiosplugin.Resource):
     """Observes one vLLM server and carries the state file across the observation."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, alone_when_refused: bool = False) -> None:
         self.run = run
         self.state_note = ""
         self.save_failed = False
         self.unsaved = ""  # why the state was not saved (the probe passes in spite of it)
         self.served_before = False
+        #: A probe judges a run alone in a refused state directory, reading nothing there: its startup must not
+        #: spend the orchestrator's budget on a server it reads serving (the check says UNKNOWN instead).
+        self.alone_when_refused = alone_when_refused
 
     @property
     def name(self) -> str:
@@ -68,22 +71,20 @@ class Server(nagiosplugin.Resource):
         run = self.run
         store = check_file(run.state_dir, run.endpoint.url, run.options.proxy, run.lock_timeout)
         run.doing("the state file lock")
-        unsaved = ""
+        unsaved = refused = ""
         try:
             store.lock()
-        except (StateBusy, StateRefused) as err:  # refused: what is in it may be another user's, judge nothing
+        except StateRefused as err:  # what is in it may be another user's: read nothing there
+            if not self.alone_when_refused:
+                raise nagiosplugin.CheckError(str(err)) from None
+            refused = unsaved = f"{err}; judged on this run alone (a stall cannot be proven across runs)"
+        except StateBusy as err:
             raise nagiosplugin.CheckError(str(err)) from None
         except StateError as err:  # no lock can be made there: judge this run alone, and say so
             unsaved = _blind(str(err))
         try:
-            saved, note = store.load()
-            remembered = memory.from_json(saved)
-            self.served_before = remembered.baseline is not None  # the probe's startup asks (nagios/probe.py)
-            unsaved = unsaved or _blind(store.unwritable())
-            if unsaved:  # a baseline this run cannot replace would compare the server's past, not its present
-                remembered = memory.from_json({})
-            marker, marker_note = load_marker(marker_path(run.state_dir, run.endpoint.url), clock.now())
-            self.state_note = "; ".join(filter(None, (note, marker_note)))
+            remembered, marker, unsaved = self._recall(store, unsaved) if not refused else (Memory(), None,
+                                                                                             unsaved)
             with run.endpoint.client() as client:
                 verdict = observe(client, run.endpoint, remembered, run.settings, run.options,
                                   deadline=run.deadline, marker=marker, doing=run.doing).verdict
@@ -107,6 +108,20 @@ class Server(nagiosplugin.Resource):
             context = label if label in ("waiting", "kv_cache_usage") else "perf"
             yield nagiosplugin.Metric(label, value, uom, min=0, max=100 if uom == "%" else None, context=context)
         yield nagiosplugin.Metric("state_file", self.state_note, context="state_file")
+
+
+    def _recall(self, store: StateFile, unsaved: str) -> tuple[Memory, Instant | None, str]:
+        """The memory, the restart marker and why this run cannot save (then it judges alone)."""
+        run = self.run
+        saved, note = store.load()
+        remembered = memory.from_json(saved)
+        self.served_before = remembered.baseline is not None  # the probe's startup asks (nagios/probe.py)
+        unsaved = unsaved or _blind(store.unwritable())
+        if unsaved:  # a baseline this run cannot replace would compare the server's past, not its present
+            remembered = memory.from_json({})
+        marker, marker_note = load_marker(marker_path(run.state_dir, run.endpoint.url), clock.now())
+        self.state_note = "; ".join(filter(None, (note, marker_note)))
+        return remembered, marker, unsaved
 
 
 def _blind(why: str | None) -> str:

@@ -41,7 +41,7 @@ def answer_run(kind: str, run: object) -> NoReturn:
     from check_vllm.nagios.plugin import Run, Server
 
     assert isinstance(run, Run)
-    server = Server(run)
+    server = Server(run, alone_when_refused=True)
     try:
         metrics = {m.name: m.value for m in server.probe()}
     except nagiosplugin.CheckError as err:  # the state lock held by another run past its wait

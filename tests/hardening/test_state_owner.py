@@ -246,3 +246,23 @@ def test_a_marker_and_a_history_another_user_planted_are_ignored(tmp_path):
     done = restart(state, url, tmp_path / "restarts.txt")
     assert ": restarted: verdict 'down'" in done.stdout, done.stdout  # no breaker, no cooldown from the plant
     assert f"restart history belongs to uid {NEIGHBOUR}; ignored" in done.stdout, done.stdout
+
+
+@as_root
+def test_a_probe_in_a_refused_state_directory_reads_the_server_alone_and_says_so(base, sim):
+    """Issue 36: a probe's own fault never spends the startup budget on a server it reads serving; nothing
+    in the refused directory is read or written, and every line says the memory is not kept."""
+    state = base / "theirs"
+    state.mkdir(mode=0o755)
+    os.chown(state, NEIGHBOUR, NEIGHBOUR)
+    lines = {}
+    for kind in ("startup", "readiness", "liveness"):
+        done = run(CHECK, "--probe", kind, "--url", sim.url, "--state-dir", str(state), *FAST, prefix=AS_USER)
+        lines[kind] = (done.returncode, done.stdout.strip())
+    for kind, (code, line) in lines.items():
+        assert code == 0, lines
+        assert line.startswith(f"{kind} pass in spite of: UNKNOWN refusing the state directory {state}: "), lines
+        assert "busy: 2 running" in line, lines  # the server was read this run
+    assert os.listdir(state) == []
+    check = run(CHECK, "--url", sim.url, "--state-dir", str(state), *FAST, prefix=AS_USER)
+    assert check.returncode == UNKNOWN and "refusing the state directory" in check.stdout, check.stdout
