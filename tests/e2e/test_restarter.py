@@ -16,6 +16,7 @@ import pytest
 
 from tests.rig.waiting import wait_for
 
+SHELL = "/bin/sh"
 SCRIPT = Path(__file__).resolve().parents[2] / "contrib" / "docker" / "restart-unhealthy"
 
 #: $DIR/unhealthy: one "ID NAME" a line, the containers unhealthy now; $DIR/events: the lines the first `docker
@@ -41,7 +42,7 @@ class Restarter:
         (tmp_path / "unhealthy").write_text(unhealthy)
         (tmp_path / "events").write_text(events)
         self.proc = subprocess.Popen(
-            ["/bin/sh", str(SCRIPT), "--filter", "label=check_vllm.restart=unhealthy"],
+            [SHELL, str(SCRIPT), "--filter", "label=check_vllm.restart=unhealthy"],
             env={**os.environ, "DOCKER": str(fake), "DIR": str(tmp_path), "COOLDOWN": str(cooldown),
                  "RECONNECT": "1", "STATE_DIR": str(tmp_path / "state")},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -133,6 +134,6 @@ def test_a_state_directory_of_someone_else_is_refused(tmp_path):
     target = tmp_path / "elsewhere"
     target.mkdir()
     (tmp_path / "state").symlink_to(target)
-    done = subprocess.run(["/bin/sh", str(SCRIPT)], env={**os.environ, "STATE_DIR": str(tmp_path / "state")},
+    done = subprocess.run([SHELL, str(SCRIPT)], env={**os.environ, "STATE_DIR": str(tmp_path / "state")},
                           capture_output=True, text=True, timeout=10)
     assert done.returncode == 2 and "refusing STATE_DIR" in done.stderr, done
