@@ -23,6 +23,7 @@ import httpx
 from check_vllm.contract.values import (
     CUT_SHORT,
     ENGINE_DEAD,
+    ENGINE_PAUSED,
     NO_ANSWER,
     REJECTED,
     Evidence,
@@ -42,14 +43,24 @@ from check_vllm.contract.vocab import (
     PROXY,
     REREAD,
     RUN_TIMEOUT,
+    STALLING,
+    STUCK,
     UNRESPONSIVE,
     Options,
     Settings,
 )
 from check_vllm.judge.assess import assess
 from check_vllm.judge.proof import elapsed, instant
-from check_vllm.judge.quiet import asks_server, concerns, on_purpose
-from check_vllm.server import api, clock
+from check_vllm.judge.quiet import (
+    asks_checkpoint,
+    asks_faults,
+    asks_server,
+    concerns,
+    deferred,
+    on_purpose,
+    turned_away,
+)
+from check_vllm.server import api, clock, held
 from check_vllm.server.fetch import Endpoint, FetchError
 
 
@@ -203,12 +214,24 @@ def _without_reading(calls: _Calls, memory: Memory, failure: Failure, settings: 
     return again if isinstance(again, Reading) else _judged(calls, memory, again, settings, marker, True)
 
 
+#: How a probe's outcome is judged: (verdict, outcome, re-read or None, settings, now) -> Verdict.
+ProbeJudge = Callable[[Verdict, ProbeOutcome, "Reading | None", Settings, Instant], Verdict]
+
+
 def _probed(calls: _Calls, verdict: Verdict, got: Reading, settings: Settings, marker: Instant | None,
-            sleep: Callable[[float], None], fair: float) -> tuple[Verdict, Reading]:
-    """The idle probe, and the reading an unanswered one needs (the judge's CONFIRM), judged once."""
+            sleep: Callable[[float], None], fair: float, judge: ProbeJudge | None = None) -> tuple[Verdict, Reading]:
+    """The probe, and the reading an unanswered one needs (the judge's CONFIRM), judged once: by `judge` (the
+    idle probe's after_probe unless given). A probe turned away as paused is the engine's own word, whoever
+    asked for it."""
     from check_vllm.judge.probe import after_probe, needs_reading, probe_failure  # only an idle engine's run
 
     outcome = calls.probe(calls.options.model or got.model)
+    if outcome.kind == ENGINE_PAUSED:
+        checkpoint = None
+        if asks_checkpoint(verdict.memory, got):
+            calls.doing("GET /checkpoint/status")
+            checkpoint = held.checkpoint(calls.client, calls.endpoint, calls.left(None))
+        return turned_away(verdict, got, outcome, checkpoint, settings, calls.now()), got
     failure = probe_failure(outcome)
     reread: Reading | Failure | None = None
     if failure is None and needs_reading(outcome):
@@ -224,7 +247,8 @@ def _probed(calls: _Calls, verdict: Verdict, got: Reading, settings: Settings, m
         return settled._replace(text=settled.text + failed_too), got
     if isinstance(reread, Reading):
         got = reread
-    return after_probe(verdict, outcome, reread if isinstance(reread, Reading) else None, settings, calls.now()), got
+    return (judge or after_probe)(verdict, outcome, reread if isinstance(reread, Reading) else None, settings,
+                                  instant(calls.now())), got
 
 
 def _settled(calls: _Calls, memory: Memory, got: Reading, seen: Reading | Verdict,
@@ -267,19 +291,33 @@ def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: Instant
 
     if verdict.action == PROBE and options.probe and may_probe():
         verdict, got = _probed(calls, verdict, got, settings, marker, sleep, fair)
-    return Observation(_explained(calls, verdict, got, settings), got)
+    if not concerns(verdict):
+        return Observation(verdict, got)
+    verdict = _explained(calls, verdict, got, settings)
+    if verdict.action != PROBE or verdict.word not in (STALLING, STUCK):
+        return Observation(verdict, got)
+    seen = got  # a stall whose waiting work is all deferred: the probe tells a wait from a hang
+
+    def judge(v: Verdict, outcome: ProbeOutcome, reread: Reading | None, s: Settings, at: Instant) -> Verdict:
+        return deferred(v, seen, outcome, reread, s, at)
+
+    if options.probe and may_probe():
+        return Observation(*_probed(calls, verdict, got, settings, marker, sleep, fair, judge))
+    return Observation(deferred(verdict, got, None, None, settings, now()), got)
 
 
 def _explained(calls: _Calls, verdict: Verdict, got: Reading, settings: Settings) -> Verdict:
-    """A stall its server may explain (paused on purpose, work deferred on a KV transfer): GET /is_paused is
-    asked on this path only, and only where the judge says it may tell."""
-    if not concerns(verdict):
-        return verdict
-    said = None
+    """A stall its server may explain (paused on purpose, a faulted engine held for recovery, deferred work):
+    GET /is_paused and the fault-tolerance status are asked on this path only, where the judge says they may
+    tell."""
+    said = faults = None
     if asks_server(verdict, got):
         calls.doing("GET /is_paused")
         said = api.is_paused(calls.client, calls.endpoint, calls.left(None))
-    return on_purpose(verdict, got, said, settings, calls.now())
+    if asks_faults(verdict, got):
+        calls.doing("GET the fault-tolerance status")
+        faults = held.faults(calls.client, calls.endpoint, calls.left(None))
+    return on_purpose(verdict, got, said, settings, calls.now(), faults)
 
 
 def own_look(url: str, memory: Memory, settings: Settings, options: Options, marker: Instant | None,

@@ -40,8 +40,8 @@ BALANCER = "balancer"
 #: Quiet on purpose: the server says its engine is paused (POST /pause, an RL trainer's weight update; a
 #: checkpoint) or weights are moving into it: no progress proves nothing. Never restarted.
 PAUSED = "paused"
-#: Quiet while it waits: all its waiting work is deferred on a KV transfer from a prefill instance
-#: (disaggregated prefill/decode). A restart of this one does not help: look at the prefill side.
+#: Quiet while it waits: all its waiting work is deferred (a KV transfer from a prefill instance, a LoRA budget, a
+#: grammar compiling) and the idle probe answers, or the stall is not yet proven.
 KV_TRANSFER = "kv transfer"
 
 class Word(NamedTuple):
@@ -86,11 +86,14 @@ VERDICTS = (
     Word(BALANCER, (WARNING,), False, "/metrics comes from more than one server process in turn: the URL is a "
                                       "load balancer (use --proxy)"),
     Word(PAUSED, (OK, WARNING), False, "no progress, and the server says its engine is paused on purpose (GET "
-                                       "/is_paused, vLLM >= 0.32 in dev mode) or weights are moving into it "
-                                       "(vllm:rl_weight_update_operations_in_flight); WARNING past --pause-grace"),
-    Word(KV_TRANSFER, (WARNING,), False, "no progress, and every waiting request is deferred on a KV transfer "
-                                         "from its prefill instance (vllm:num_requests_waiting_by_reason "
-                                         "deferred): the prefill side is slow or gone"),
+                                       "/is_paused, vLLM >= 0.32 in dev mode; the probe answered 503 'Generation "
+                                       "is paused', vLLM >= 0.33; a checkpoint, GET /checkpoint/status) or weights "
+                                       "are moving into it (vllm:rl_weight_update_operations_in_flight); WARNING "
+                                       "past --pause-grace, or at once for a failed checkpoint"),
+    Word(KV_TRANSFER, (WARNING,), False, "no progress, every waiting request deferred "
+                                         "(vllm:num_requests_waiting_by_reason: a KV transfer, a LoRA budget, a "
+                                         "grammar compiling) and nothing running: the probe answered, or the stall "
+                                         "is not yet proven (never beyond that unprobed)"),
     Word(PROTOCOL, (UNKNOWN,), False, "the peer does not speak HTTP (an https port behind an http:// URL, a header "
                                       "past the client's limit): an instant answer, not a busy server; never "
                                       "restarted"),

@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping
 
 from check_vllm.contract.safe_text import clean
-from check_vllm.contract.values import Instant, Reading, ServerProcess, Streak
+from check_vllm.contract.values import EngineFault, Instant, Reading, ServerProcess, Streak
 from check_vllm.contract.vocab import STALLING, STUCK, Settings
 from check_vllm.judge.compare import Gauges
 from check_vllm.judge.proof import lasted
@@ -134,9 +134,53 @@ def paused(how: str, span: float, grace: float, g: Gauges) -> str:
     return f"{how} for {seconds(span)}{over}; {counts(g)}"
 
 
-def kv_transfer(g: Gauges) -> str:
-    return (f"every waiting request is deferred on a KV transfer (its prefill instance is slow or gone; a restart "
-            f"here does not help); {counts(g)}")
+#: What vLLM's "deferred" waiting reason covers (its help text of vllm:num_requests_waiting_by_reason).
+DEFERRED = ("every waiting request is deferred (vLLM's transient constraints: a KV transfer from a prefill instance, "
+            "a LoRA budget, a blocked status such as a structured-output grammar compiling)")
+
+
+def kv_transfer(g: Gauges, why: str = "") -> str:
+    probe = f"; the probe proved nothing: {why}" if why else ""
+    return f"{DEFERRED}, no progress, not yet proven stuck{probe}; {counts(g)}"
+
+
+def deferred_alive(g: Gauges, secs: float, answered: bool) -> str:
+    how = probe_answered("", secs) if answered else "the engine moved while the probe was out"
+    return f"{DEFERRED}; {how}: the engine lives, its waiting work waits on that; {counts(g)}"
+
+
+def deferred_unanswered(text: str, detail: str) -> str:
+    return f"{text}; {DEFERRED.split(' (')[0]}, and a 1-token probe went unanswered ({detail}) with nothing moving"
+
+
+def deferred_unprobed(text: str, why: str) -> str:
+    how = f"the probe proved nothing: {why}" if why else "no probe was sent to tell a wait from a hang"
+    return f"{text}; {DEFERRED.split(' (')[0]}, proven past the proof window, {how}"
+
+
+#: What GET /checkpoint/status states say (vllm/v1/engine/__init__.py CheckpointState).
+_CHECKPOINT = {
+    "preparing": "a checkpoint is being prepared (GET /checkpoint/status: preparing)",
+    "prepared": "a checkpoint is prepared, waiting for POST /checkpoint/restore (GET /checkpoint/status: prepared)",
+    "restoring": "a checkpoint is being restored (GET /checkpoint/status: restoring)",
+}
+
+
+def turned_away(detail: str, state: str, error: str) -> str:
+    if state == "failed":
+        why = f" ({clean(error, 120)})" if error else ""
+        return (f"a checkpoint failed{why} (GET /checkpoint/status: failed): the engine turns every request away "
+                "for good (vLLM refuses to restore or resume it); restart the server")
+    return _CHECKPOINT.get(state, f"the engine turns requests away as paused ({detail})")
+
+
+def recovering(held: tuple[EngineFault, ...], span: float, window: float, within: bool) -> str:
+    named = ", ".join(f"engine {f.engine} {f.status}" + (f" ({f.info})" if f.info else "") for f in held[:NAMED_ENGINES])
+    more = f" and {len(held) - NAMED_ENGINES} more" if len(held) > NAMED_ENGINES else ""
+    if within:
+        return (f"{named}{more} (fault-tolerance status), held for recovery: {seconds(span)} of vLLM's "
+                f"{seconds(window)} recovery window, not proven stuck before it ends")
+    return f"{named}{more} (fault-tolerance status), past vLLM's {seconds(window)} recovery window"
 
 
 def gone_look_again(detail: str) -> str:

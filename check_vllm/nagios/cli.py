@@ -69,6 +69,9 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--pause-grace", type=number(float), default=SETTINGS.pause_grace, metavar="S",
                    help="a server paused on purpose (an RL weight update: GET /is_paused, weights in flight) is "
                         "paused, OK, for S seconds, then WARNING; never CRITICAL (default: %(default)g)")
+    d.add_argument("--recovery-window", type=number(float), default=SETTINGS.recovery_window, metavar="S",
+                   help="vLLM's engine_recovery_timeout_sec: a stall while its fault-tolerance status holds an "
+                        "engine for recovery is not stuck within S seconds (default: %(default)g)")
     d.add_argument("--max-age", type=number(float), default=SETTINGS.max_age, metavar="S",
                    help="a previous reading older than this is no baseline; must be longer than the check "
                         "interval and than --stuck-seconds, --min-gap and --reread-delay (default: %(default)g)")
@@ -199,7 +202,7 @@ def _check(argv: list[str] | None = None) -> NoReturn:
             settings=Settings(stuck_readings=args.stuck_readings, stuck_seconds=args.stuck_seconds,
                               min_gap=args.min_gap, max_age=args.max_age,
                               start_grace=args.start_grace, stop_grace=args.stop_grace,
-                              pause_grace=args.pause_grace),
+                              pause_grace=args.pause_grace, recovery_window=args.recovery_window),
             options=Options(proxy=args.proxy, probe=not args.no_probe, model=args.model,
                             probe_timeout=args.probe_timeout, reread_delay=args.reread_delay,
                             pid_file=args.pid_file, pid_command=args.pid_command),

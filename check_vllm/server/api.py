@@ -22,6 +22,7 @@ from check_vllm.contract.values import (
     ANSWERED,
     CUT_SHORT,
     ENGINE_DEAD,
+    ENGINE_PAUSED,
     MODELS_ANSWERED,
     MODELS_OK,
     NO_ANSWER,
@@ -45,6 +46,12 @@ PROBE_PROMPT = "Hi"
 #: 0.32. From 0.33 on it says only "The server had an error while processing your request." (its
 #: CLIENT_MESSAGE, type InternalServerError), which any 500 may say: GET /health tells (engine_dead).
 ENGINE_DEAD_SIGNS = ("EngineCore encountered an issue", "EngineDeadError", "Engine loop is not running")
+#: What vLLM >= 0.33 answers a request it turns away while paused (mode wait or abort, a checkpoint): HTTP 503
+#: {"error": {"type": "ServiceUnavailableError", "message": PAUSED_MESSAGE, "code": 503}}. The engine's
+#: RequestError(code="engine_paused") (vllm/v1/engine/core.py EngineCoreProc._reject_add_while_paused) becomes
+#: RetryableRequestError (vllm/outputs.py RequestError.to_exception), worded by
+#: vllm/entrypoints/serve/exception_handling/error_response.py create_error_response. Any other 503 is no pause.
+PAUSED_TYPE, PAUSED_MESSAGE = "ServiceUnavailableError", "Generation is paused."
 #: Seconds GET /health may take when asked whether the engine died: vLLM answers it without a round trip to the
 #: engine (a flag the API server keeps), so a slow answer is an event loop too busy to tell.
 HEALTH_TIMEOUT = 2.0
@@ -189,6 +196,9 @@ def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: floa
         return ProbeOutcome(kind, timeout, err.detail)
     if resp.status != 200:
         said = endpoint.redact(_error_text(resp.json()))
+        if resp.status == 503 and _turned_away(resp.json()):
+            return ProbeOutcome(ENGINE_PAUSED, resp.seconds, f"completion answered HTTP 503{clean(said, 160)}",
+                                status=503)
         detail = f"completion answered HTTP {resp.status}{clean(said, 160)}"
         if resp.status >= 500 and any(sign in said for sign in ENGINE_DEAD_SIGNS):
             return ProbeOutcome(ENGINE_DEAD, resp.seconds, detail)
@@ -203,6 +213,15 @@ def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: floa
     usage = usage if isinstance(usage, dict) else {}
     return ProbeOutcome(ANSWERED, resp.seconds, prompt_tokens=_count(usage.get("prompt_tokens"), 16.0),
                         completion_tokens=_count(usage.get("completion_tokens"), 1.0))
+
+
+def _turned_away(doc: object) -> bool:
+    """vLLM's own error for a request turned away while paused (PAUSED_TYPE, PAUSED_MESSAGE), nothing else."""
+    err = doc.get("error") if isinstance(doc, dict) else None
+    if not isinstance(err, dict):
+        return False
+    msg = err.get("message")
+    return err.get("type") == PAUSED_TYPE and isinstance(msg, str) and msg.startswith(PAUSED_MESSAGE)
 
 
 def _count(value: object, default: float) -> float:

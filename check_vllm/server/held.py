@@ -1,0 +1,60 @@
+"""What a server says of an engine it holds on purpose: GET /checkpoint/status and its fault-tolerance status.
+
+Asked only where the judge says an answer may tell (check_vllm.judge.quiet): a checkpoint after a request was
+turned away as paused, the fault status on a stall. Each returns a value of check_vllm.contract.values and never
+raises; a 404 is NO_PAUSE_ROUTE (the judge remembers it per process), anything unreadable PAUSE_UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from check_vllm.contract.safe_text import clean
+from check_vllm.contract.values import NO_PAUSE_ROUTE, PAUSE_UNKNOWN, Checkpoint, EngineFault
+from check_vllm.server.fetch import Endpoint, FetchError, request
+
+#: Seconds either may take: vLLM answers both from state its API server holds (a cached dict, one utility call).
+TIMEOUT = 2.0
+#: vLLM's CheckpointState values (vllm/v1/engine/__init__.py, 0.34).
+CHECKPOINT_STATES = ("running", "preparing", "prepared", "restoring", "failed")
+#: The fault-tolerance status route: 0.34 (vllm/entrypoints/serve/fault_tolerance/api_router.py get_status), then
+#: 0.33's. Served only with --enable-fault-tolerance (vllm/entrypoints/launchers/api_server/routers.py).
+FAULT_ROUTES = ("/v1/fault_tolerance/status", "/fault_tolerance/status")
+#: vLLM's EngineStatusType names, lower case, other than healthy (vllm/v1/engine/__init__.py).
+NOT_HEALTHY = ("diagnosing", "unhealthy", "dead")
+
+
+def checkpoint(client: httpx.Client, endpoint: Endpoint, timeout: float) -> Checkpoint:
+    """GET /checkpoint/status (vLLM >= 0.34, with --enable-sleep-mode; vllm/entrypoints/serve/checkpoint/
+    api_router.py checkpoint_status): 200 prepared, 500 failed, 503 otherwise, each with {"state", "error"}."""
+    try:
+        resp = request(client, endpoint, "GET", "/checkpoint/status", min(timeout, TIMEOUT), auth=True)
+    except FetchError:
+        return Checkpoint(PAUSE_UNKNOWN)
+    if resp.status == 404:
+        return Checkpoint(NO_PAUSE_ROUTE)
+    doc = resp.json()
+    state = doc.get("state") if isinstance(doc, dict) else None
+    if resp.status not in (200, 500, 503) or state not in CHECKPOINT_STATES:
+        return Checkpoint(PAUSE_UNKNOWN)
+    error = doc.get("error")
+    return Checkpoint(state, clean(endpoint.redact(error), 160) if isinstance(error, str) else "")
+
+
+def faults(client: httpx.Client, endpoint: Endpoint, timeout: float) -> tuple[EngineFault, ...] | str:
+    """The engines the fault-tolerance status calls not healthy ({"engines": [{"id", "status", "fault_info"}]},
+    vllm/v1/engine/core_client.py get_status); NO_PAUSE_ROUTE when neither route is served."""
+    for path in FAULT_ROUTES:
+        try:
+            resp = request(client, endpoint, "GET", path, min(timeout, TIMEOUT), auth=True)
+        except FetchError:
+            return PAUSE_UNKNOWN
+        if resp.status == 404:
+            continue
+        doc = resp.json()
+        engines = doc.get("engines") if isinstance(doc, dict) and resp.status == 200 else None
+        if not isinstance(engines, list):
+            return PAUSE_UNKNOWN
+        return tuple(EngineFault(clean(str(e.get("id")), 20), e["status"], clean(str(e.get("fault_info") or ""), 80))
+                     for e in engines if isinstance(e, dict) and e.get("status") in NOT_HEALTHY)
+    return NO_PAUSE_ROUTE
