@@ -66,7 +66,7 @@ def background(mode: EngineMode, max_num_seqs: int) -> tuple[int, int]:
         return max_num_seqs, STUCK_WAITING
     if mode is EngineMode.PREFILL:
         return 1, 0
-    if mode is EngineMode.DEFERRED:
+    if mode in (EngineMode.DEFERRED, EngineMode.DEFERRED_HUNG):
         return 0, STUCK_WAITING
     return 0, 0
 
@@ -77,7 +77,7 @@ def admits(mode: EngineMode, max_num_seqs: int, queued_for: float, busy_queue_se
     It gets one when the background load leaves a slot free; on a busy engine also after
     ``busy_queue_seconds`` (a background request finished). A hung engine never admits anything.
     """
-    if mode in (EngineMode.HUNG, EngineMode.DEFERRED):
+    if mode in (EngineMode.HUNG, EngineMode.DEFERRED_HUNG):
         return False
     running, _ = background(mode, max_num_seqs)
     if running < max_num_seqs:
@@ -129,7 +129,7 @@ class EngineCounters:
         elif mode is EngineMode.PREFILL:
             grown = max(self.kv_usage, KV_PREFILL_START) + KV_PREFILL_GROWTH_PER_SECOND * dt
             self.kv_usage = min(KV_PREFILL_CAP, grown)
-        elif mode in (EngineMode.STUCK, EngineMode.HUNG, EngineMode.DEFERRED):
+        elif mode in (EngineMode.STUCK, EngineMode.HUNG, EngineMode.DEFERRED, EngineMode.DEFERRED_HUNG):
             pass  # frozen: neither counters nor gauges move
         else:
             self.kv_usage = 0.0

@@ -46,6 +46,9 @@ _KNOWN_ROUTES: Final[Mapping[str, str]] = MappingProxyType({
     _RESTRICTABLE: "GET",
     "/health": "GET",
     "/is_paused": "GET",
+    "/checkpoint/status": "GET",
+    "/v1/fault_tolerance/status": "GET",
+    "/fault_tolerance/status": "GET",
     "/v1/models": "GET",
     "/v1/completions": "POST",
     "/v1/chat/completions": "POST",
@@ -219,10 +222,41 @@ class Handler(BaseHTTPRequestHandler):
                 self._send_json(200, {"is_paused": True}, handler=path)
             else:
                 self._send_json(404, {"detail": "Not Found"}, handler="none")
+        elif path == "/checkpoint/status":
+            self._checkpoint(path)
+        elif path.endswith("/fault_tolerance/status"):
+            self._fault_status(path)
         elif path == "/v1/models":
             self._send_json(200, openai_api.models_payload(sim.model, sim.process_start_time), handler=path)
         else:
             self._completion(path, body)
+
+    def _checkpoint(self, path: str) -> None:
+        """vLLM 0.34's GET /checkpoint/status (vllm/entrypoints/serve/checkpoint/api_router.py checkpoint_status):
+        200 prepared, 500 failed, 503 otherwise; 404 without --enable-sleep-mode (the scenario has no state)."""
+        state = self._proc.entry().checkpoint
+        if state is None:
+            self._send_json(404, {"detail": "Not Found"}, handler="none")
+            return
+        body: dict[str, str] = {"state": state}
+        if state == "failed":
+            body["error"] = "CUDA error: out of memory"
+        self._send_json({"prepared": 200, "failed": 500}.get(state, 503), body, handler=path)
+
+    def _fault_status(self, path: str) -> None:
+        """GET /v1/fault_tolerance/status (0.34; /fault_tolerance/status on 0.33), served only with
+        --enable-fault-tolerance: vllm/v1/engine/core_client.py get_status, each engine's entry as
+        EngineCoreSentinel._push_status writes it."""
+        entry = self._proc.entry()
+        if entry.fault_route != path:
+            self._send_json(404, {"detail": "Not Found"}, handler="none")
+            return
+        faulted = {engine: (status, info) for engine, status, info in entry.faults}
+        engines = []
+        for engine in range(self._sim.engines):
+            status, info = faulted.get(engine, ("healthy", ""))
+            engines.append({"id": engine, "status": status, **({"fault_info": info} if info else {})})
+        self._send_json(200, {"schema_version": 1, "total_engines": len(engines), "engines": engines}, handler=path)
 
     def _metrics(self, *, mounted: bool = False, names: list[str] | None = None) -> None:
         """The page; ``mounted``: as prometheus_client's app serves it, only the samples in ``names`` if given."""
@@ -263,6 +297,10 @@ class Handler(BaseHTTPRequestHandler):
         request = openai_api.parse_completion(body, path == "/v1/chat/completions", sim.model)
         if isinstance(request, openai_api.ApiError):
             self._api_error(request, path)
+            return
+        if self._proc.entry().turns_away:  # RetryableRequestError, worded by create_error_response (0.33+)
+            self._api_error(openai_api.ApiError(503, "ServiceUnavailableError",
+                                                "Generation is paused. Please retry after it resumes."), path)
             return
         outcome = self._proc.complete(request.prompt_tokens, request.max_tokens, self._client_gone, WAIT_SLICE_SECONDS)
         if outcome is Outcome.SLEEPING:

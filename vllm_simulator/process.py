@@ -182,7 +182,7 @@ class SimulatedProcess:
         if index == 0:
             waiting += self._real_waiting
         return EngineView(self._engines[index], running, waiting, asleep=mode is EngineMode.SLEEPING,
-                          deferred=waiting if mode is EngineMode.DEFERRED else 0)
+                          deferred=waiting if mode in (EngineMode.DEFERRED, EngineMode.DEFERRED_HUNG) else 0)
 
     # --- mechanics (call with _cond held) ----------------------------------------------------------------------
 

@@ -23,7 +23,9 @@ class EngineMode(enum.Enum):
     STUCK = "stuck"  # frozen with work: slots taken, queue full, nothing moves
     HUNG = "hung"  # frozen with no work: metrics say idle, a completion never gets an answer
     SLEEPING = "sleeping"  # vLLM sleep mode: sleep gauge set, completions refused
-    DEFERRED = "deferred"  # a decode instance whose queue all waits on a KV transfer: nothing runs, nothing moves
+    DEFERRED = "deferred"  # a decode instance whose queue all waits on a KV transfer: nothing runs, a probe is served
+    #: Hung between two requests with its last gauges saying every waiting request deferred: nothing is served.
+    DEFERRED_HUNG = "deferred_hung"
 
 
 class MetricsAnswer(enum.Enum):
@@ -60,6 +62,15 @@ class Scenario:
     #: Paused on purpose (POST /pause?mode=keep of an RL trainer, VLLM_SERVER_DEV_MODE=1): GET /is_paused says
     #: true; in every other scenario /is_paused is 404, as on a server without dev mode.
     paused: bool = False
+    #: vLLM >= 0.33 paused with mode wait or abort (or for a checkpoint): every new request is answered HTTP 503
+    #: ServiceUnavailableError "Generation is paused. ..." (vllm/v1/engine/core.py _reject_add_while_paused).
+    turns_away: bool = False
+    #: GET /checkpoint/status's CheckpointState (0.34 with --enable-sleep-mode); None: the route is not served.
+    checkpoint: str | None = None
+    #: --enable-fault-tolerance: the status route (0.34's /v1/fault_tolerance/status, 0.33's
+    #: /fault_tolerance/status; None: not served) and the engines it reports as (id, status, fault_info).
+    fault_route: str | None = None
+    faults: tuple[tuple[int, str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.modes:
@@ -103,6 +114,17 @@ TABLE: Final[tuple[Scenario, ...]] = (
              (_M.DEFERRED,)),
     Scenario("engine_dead", "the engine died, its API server lives on: /health 503, completions 500 (0.33)",
              (_M.HUNG,), engine_dead=True),
+    Scenario("paused_reject", "vLLM >= 0.33 paused with mode wait or abort: every request 503 'Generation is paused', "
+             "no dev mode", turns_away=True),
+    Scenario("checkpoint_prepared", "vLLM 0.34 drained for a checkpoint: requests turned away, /checkpoint/status 200 "
+             "prepared", turns_away=True, checkpoint="prepared"),
+    Scenario("checkpoint_failed", "vLLM 0.34 whose checkpoint failed: requests turned away for good, /checkpoint/status "
+             "500", turns_away=True, checkpoint="failed"),
+    Scenario("fault_held", "fault tolerance: engine 1 of 2 faulted, held for recovery (status unhealthy), its "
+             "gauges frozen", (_M.BUSY, _M.STUCK),
+             fault_route="/v1/fault_tolerance/status", faults=((1, "unhealthy", "RuntimeError"),)),
+    Scenario("deferred_hung", "hung, its last gauges saying every waiting request deferred: a probe is never "
+             "answered", (_M.DEFERRED_HUNG,)),
 )
 
 #: The table by name.

@@ -165,9 +165,10 @@ CASES = [
          "steps_per_second=0;;;0 tokens_per_second=0;;;0 waiting=2;;;0",
          runs=2),
     Case("kv-transfer", "kv_deferred", ("--stuck-seconds", "0"), WARNING,
-         "VLLM WARNING - kv transfer: every waiting request is deferred on a KV transfer (its prefill instance is "
-         "slow or gone; a restart here does not help); 0 running, 2 waiting | "
-         "kv_cache_usage=0%;;;0;100 prompt_tokens_per_second=0;;;0 running=0;;;0 stalled_seconds=0s;;;0 "
+         "VLLM WARNING - kv transfer: every waiting request is deferred (vLLM's transient constraints: a KV transfer "
+         "from a prefill instance, a LoRA budget, a blocked status such as a structured-output grammar compiling); "
+         "probe answered in <N> s: the engine lives, its waiting work waits on that; 0 running, 2 waiting | "
+         "kv_cache_usage=0%;;;0;100 probe_seconds=<N>s;;;0 prompt_tokens_per_second=0;;;0 running=0;;;0 stalled_seconds=0s;;;0 "
          "steps_per_second=0;;;0 tokens_per_second=0;;;0 waiting=2;;;0",
          runs=2),
     # The second reading races the simulator noticing that the timed-out probe hung up (it looks every 50 ms):

@@ -23,6 +23,7 @@ SHOWN: dict[EngineMode, tuple[float, float]] = {
     EngineMode.HUNG: (0.0, 0.0),
     EngineMode.SLEEPING: (0.0, 0.0),
     EngineMode.DEFERRED: (0.0, 2.0),
+    EngineMode.DEFERRED_HUNG: (0.0, 2.0),
 }
 #: The status ``GET /metrics`` answers for each kind of answer.
 STATUS: dict[MetricsAnswer, int] = {

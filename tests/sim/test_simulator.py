@@ -389,7 +389,8 @@ def test_request_log_records_traffic_but_not_control_calls(make_sim: Callable[..
 def test_scenarios_tuple_is_complete() -> None:
     assert SCENARIOS == ("idle", "busy", "long_prefill", "stuck", "hung_idle", "restarted", "dp_one_frozen", "multiprocess",
                          "no_metrics", "html", "http_500", "http_502", "not_http", "sleeping", "slow", "dead", "paused",
-                         "kv_deferred", "engine_dead")
+                         "kv_deferred", "engine_dead", "paused_reject", "checkpoint_prepared", "checkpoint_failed",
+                         "fault_held", "deferred_hung")
     with pytest.raises(ValueError):
         Simulator(scenario="on_fire")
 
