@@ -40,11 +40,10 @@ from check_vllm.contract.vocab import (
     LOOK_AGAIN,
     NO_METRICS,
     PROBE,
+    PROBE_DEFERRED,
     PROXY,
     REREAD,
     RUN_TIMEOUT,
-    STALLING,
-    STUCK,
     UNRESPONSIVE,
     Options,
     Settings,
@@ -294,7 +293,7 @@ def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: Instant
     if not concerns(verdict):
         return Observation(verdict, got)
     verdict = _explained(calls, verdict, got, settings)
-    if verdict.action != PROBE or verdict.word not in (STALLING, STUCK):
+    if verdict.action != PROBE_DEFERRED:
         return Observation(verdict, got)
     seen = got  # a stall whose waiting work is all deferred: the probe tells a wait from a hang
 

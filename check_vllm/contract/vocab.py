@@ -145,6 +145,8 @@ PERFDATA = (
 
 #: Idle: a 1-token completion would prove the engine answers.
 PROBE = "probe"
+#: A stall whose waiting work is all deferred (check_vllm.judge.quiet.deferred): a probe tells a wait from a hang.
+PROBE_DEFERRED = "probe deferred"
 #: No proof either way yet (no usable baseline, work present): read /metrics again after a pause.
 REREAD = "reread"
 #: The idle probe went unanswered: a reading now tells a stalled engine from a slow one.

@@ -35,7 +35,17 @@ from check_vllm.contract.values import (
     Streak,
     Verdict,
 )
-from check_vllm.contract.vocab import KV_TRANSFER, OK, PAUSED, PROBE, STALLING, STUCK, WARNING, Settings
+from check_vllm.contract.vocab import (
+    KV_TRANSFER,
+    OK,
+    PAUSED,
+    PROBE,
+    PROBE_DEFERRED,
+    STALLING,
+    STUCK,
+    WARNING,
+    Settings,
+)
 from check_vllm.judge import wording
 from check_vllm.judge.assess import finish
 from check_vllm.judge.compare import Rates, gauges, moved_engines, restart_reason
@@ -89,8 +99,8 @@ def _route(memory: Memory, reading: Reading, said: object, field: str) -> Memory
 def on_purpose(verdict: Verdict, reading: Reading, said: str | None, settings: Settings, now: Instant | float,
                faults: tuple[EngineFault, ...] | str | None = None) -> Verdict:
     """The verdict, or the quiet word its server explains; `said`: what GET /is_paused answered, `faults`: the
-    fault-tolerance status (None: not asked). A deferred stall comes back with action PROBE: the caller probes
-    and hands the outcome to deferred()."""
+    fault-tolerance status (None: not asked). A deferred stall comes back with action PROBE_DEFERRED: the caller
+    probes and hands the outcome to deferred()."""
     now = instant(now)
     if verdict.word == PAUSED:  # the engine's own answer said so already (turned_away)
         return verdict
@@ -111,7 +121,7 @@ def on_purpose(verdict: Verdict, reading: Reading, said: str | None, settings: S
     if isinstance(faults, tuple) and any(f.status in _HELD for f in faults):
         return _recovering(verdict, tuple(f for f in faults if f.status in _HELD), settings, now)
     if _deferred(verdict, reading):
-        return verdict._replace(action=PROBE)
+        return verdict._replace(action=PROBE_DEFERRED)
     return verdict
 
 

@@ -20,7 +20,7 @@ from check_vllm.contract.vocab import (
     KV_TRANSFER,
     OK,
     PAUSED,
-    PROBE,
+    PROBE_DEFERRED,
     RESTARTABLE,
     STALLING,
     STUCK,
@@ -104,7 +104,7 @@ def test_waiting_work_all_deferred_holds_as_kv_transfer_only_while_unproven_and_
     window (judge.quiet.deferred, tests/unit/test_quiet_v033.py for the probe's outcomes)."""
     first, _ = run(Memory(), frozen(running=0.0, waiting=3.0, deferred=3.0), 0, None)
     v, _ = run(first.memory, frozen(running=0.0, waiting=3.0, deferred=3.0), 10, NO_PAUSE_ROUTE)
-    assert (v.word, v.action) == (STALLING, PROBE) and v.memory.stalls  # the probe tells; the streak goes on
+    assert (v.word, v.action) == (STALLING, PROBE_DEFERRED) and v.memory.stalls  # the probe tells; the streak goes on
     held = deferred(v, frozen(running=0.0, waiting=3.0, deferred=3.0), None, None, S, at(10))
     assert (held.word, held.code) == (KV_TRANSFER, WARNING), held.summary
     assert held.text.startswith("every waiting request is deferred (vLLM's transient constraints: a KV transfer")

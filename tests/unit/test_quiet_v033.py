@@ -25,6 +25,7 @@ from check_vllm.contract.vocab import (
     OK,
     PAUSED,
     PROBE,
+    PROBE_DEFERRED,
     STALLING,
     STUCK,
     WARNING,
@@ -123,7 +124,7 @@ def test_a_deferred_stall_the_probe_answers_is_kv_transfer_and_its_streak_ends()
     first, _ = _deferred_stall(0, Memory())
     second, _ = _deferred_stall(10, first.memory)
     v, r = _deferred_stall(30, second.memory)
-    assert (v.word, v.action) == (STUCK, PROBE)  # proven: only the probe may still explain it
+    assert (v.word, v.action) == (STUCK, PROBE_DEFERRED)  # proven: only the probe may still explain it
     ok = deferred(v, r, ProbeOutcome(ANSWERED, 0.05, prompt_tokens=2.0, completion_tokens=1.0), None, S, at(30))
     assert (ok.word, ok.code, ok.memory.stalls) == (KV_TRANSFER, WARNING, {})
     assert ok.text.endswith("probe answered in 0.05 s: the engine lives, its waiting work waits on that; "
