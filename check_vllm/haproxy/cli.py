@@ -12,6 +12,7 @@ import threading
 from typing import Any, NoReturn
 
 from check_vllm import __version__
+from check_vllm.contract.probes import AGENT_PORT, host_port
 from check_vllm.contract.vocab import OPTIONS, SETTINGS
 from check_vllm.nagios.args import Parser, UsageError, check_url, lifecycle_options, number, read_api_key
 
@@ -37,8 +38,6 @@ def epilog() -> str:
     return "\n".join(lines) + "\n"
 
 
-#: The port of --probe-listen when only a host is given.
-PROBE_PORT = 8081
 
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, description="Answer HAProxy's agent-check for a vLLM backend: drain at a first sign, "
@@ -105,7 +104,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         address = parse_listen(args.listen, int(DEFAULT_LISTEN.rsplit(":", 1)[1]))
         api_key = read_api_key(args.api_key_file)
         allow = [net for text in args.allow or () for net in parse_allow(text)]
-        probe_address = parse_listen(args.probe_listen, PROBE_PORT) if args.probe_listen else None
+        probe_address = host_port(args.probe_listen, AGENT_PORT, "--probe-listen") if args.probe_listen else None
     except (UsageError, ValueError) as err:
         _fail(2, f"usage: {err} (see --help)")
     endpoint = Endpoint(args.url, api_key=api_key, connect_timeout=min(args.timeout, 5.0))

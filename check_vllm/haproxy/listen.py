@@ -20,6 +20,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from check_vllm.contract.probes import host_port
+
 #: Connections that may wait at once for their peer to close after the reply; more are answered and closed.
 MAX_CLIENTS = 32
 #: Seconds in all a connection may stay open after its reply for the peer to close it.
@@ -124,13 +126,5 @@ class AgentServer(socketserver.ThreadingTCPServer):
 
 
 def parse_listen(text: str, default_port: int) -> tuple[str, int]:
-    """HOST:PORT, [V6]:PORT, :PORT or PORT -> (host, port); ValueError with the reason."""
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = "", text
-    host = host.strip("[]") or "127.0.0.1"
-    if not port:
-        port = str(default_port)
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--listen {text!r}: the port must be a number from 1 to 65535")
-    return host, int(port)
+    """--listen's HOST:PORT, [V6]:PORT, :PORT or PORT -> (host, port); ValueError with the reason."""
+    return host_port(text, default_port, "--listen")

@@ -20,7 +20,7 @@ from .listen import Network, peer_allowed
 
 #: Path -> probe kind (the kubelet's conventional names, and the kinds' own).
 PATHS = {"/livez": probes.LIVENESS, "/readyz": probes.READINESS, "/startupz": probes.STARTUP,
-         **{f"/{kind}": kind for kind in probes.KINDS}}
+         **{probes.path(kind): kind for kind in probes.KINDS}}
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

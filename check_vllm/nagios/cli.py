@@ -94,12 +94,15 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("-v", "--verbose", action="count", default=0, help="more output (repeatable)")
     g.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
     # issue 28: one block, the probe's own (check_vllm.nagios.probe, check_vllm.contract.probes)
-    from check_vllm.contract.probes import KINDS, OPTION
+    from check_vllm.contract.probes import AGENT_OPTION, KINDS, OPTION
 
     o = p.add_argument_group("orchestrator probe (docs/probes.md)")
     o.add_argument(OPTION, choices=KINDS, help="answer as a Kubernetes exec probe or Docker HEALTHCHECK: exit 0 "
                    "pass, 1 fail, one line; liveness fails only on proof, readiness from the first sign, startup "
                    "until it served; a fault of the check itself never fails liveness or readiness")
+    o.add_argument(AGENT_OPTION, metavar="HOST:PORT", help="with --probe: ask the check_vllm_agent --probe-listen "
+                   "at HOST:PORT first (one loopback request, no judgement here); when it gives no answer, judge "
+                   "this run as without it and say so")
     return p
 
 
@@ -154,16 +157,25 @@ def lean_imports() -> None:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    from check_vllm.contract.probes import kind_in
+    from check_vllm.contract.probes import KINDS, agent_in, kind_in
 
     given = sys.argv[1:] if argv is None else argv
     kind = kind_in(given)
     if kind is None:  # a plain check never loads the probe's glue
         _check(argv)
+    agent, aside = agent_in(given), ""
+    if agent is not None and kind in KINDS:  # asked before anything heavy is imported: that is its whole worth
+        from check_vllm.nagios import ask
+
+        asked = ask.ask(kind, agent)
+        if asked.code is not None:
+            print(asked.line)
+            sys.exit(asked.code)
+        aside = f"agent {agent} gave no answer ({asked.line}): judged by this run"
     from check_vllm.nagios import probe
 
     # a probe answers 0/1 and one line, whatever happens in the run (exit 2, 3, a bug)
-    probe.guard(kind, lambda: _check(argv), probe.verbose_in(given))
+    probe.guard(kind, lambda: _check(argv), probe.verbose_in(given), aside)
 
 
 def _check(argv: list[str] | None = None) -> NoReturn:

@@ -88,12 +88,12 @@ def verbose_in(argv: Sequence[str]) -> bool:
     return False
 
 
-def guard(kind: str, body: Callable[[], object], verbose: bool = False) -> NoReturn:
+def guard(kind: str, body: Callable[[], object], verbose: bool = False, aside: str = "") -> NoReturn:
     """Run the check's `body` as a probe: its answer, or any exit or exception of ours turned into an answer.
 
     The check's own output (a Nagios line, argparse's usage, a traceback) is held back: the probe prints one
     line of its own. With -v the held-back stderr follows on stderr (the kubelet keeps stdout and stderr
-    together, so only on demand)."""
+    together, so only on demand). `aside`: a fault of ours before the run (the agent gave no answer), said first."""
     out, err = io.StringIO(), io.StringIO()
     reply: Answer
     try:
@@ -106,6 +106,8 @@ def guard(kind: str, body: Callable[[], object], verbose: bool = False) -> NoRet
         reply = answer(kind, Seen(fault=_said(out.getvalue(), err.getvalue(), exit_.code)))
     except BaseException as exc:  # noqa: BLE001 - a probe's own bug is never a restart
         reply = answer(kind, Seen(fault=f"internal error: {exc.__class__.__name__}: {exc}"))
+    if aside:
+        reply = reply._replace(why=f"{aside}; {reply.why}", in_spite=reply.passed)
     if verbose and err.getvalue():
         sys.stderr.write(err.getvalue())
     from check_vllm.nagios import statusline
