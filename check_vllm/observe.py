@@ -135,9 +135,13 @@ class _Calls:
 
     def engine_dead(self) -> bool:
         """Asked after a 5xx only (a time-out is an event loop too busy to tell): a dead engine's words changed
-        in 0.33, its GET /health did not."""
+        in 0.33, its GET /health did not. And only vLLM's own API server proves it: it keeps serving /metrics
+        with a dead engine, while a proxy before a server it cannot reach (Caddy: an empty 503 for everything)
+        answers /health as it answers the rest, so /metrics is read once more, and must answer."""
         self.doing("GET /health")
-        return api.engine_dead(self.client, self.endpoint, self.left(None))
+        if not api.engine_dead(self.client, self.endpoint, self.left(None)):
+            return False
+        return isinstance(self.metrics(), Reading)
 
 
 def observe(
