@@ -129,8 +129,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    watch.judge_safely()  # the first verdict before the first connection: no "no verdict yet" drain at start
-    threading.Thread(target=watch.run, args=(stop, True), name="judge", daemon=True).start()
+    # the listeners serve from the first second and SIGTERM is heard whatever a reading does: the first
+    # verdict is the judging thread's, and the first connections wait a moment for it (Watch.answer)
+    threading.Thread(target=watch.run, args=(stop,), name="judge", daemon=True).start()
     for each in servers:
         threading.Thread(target=each.serve_forever, kwargs={"poll_interval": 0.5}, name="listen", daemon=True).start()
     peers = ", ".join(map(str, allow)) if allow else "any peer that reaches it (no --allow)"

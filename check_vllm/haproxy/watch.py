@@ -29,6 +29,9 @@ from check_vllm.server.fetch import Endpoint
 
 from .reply import NO_VERDICT, Reply, reply_for
 
+#: How long a connection in the agent's first moments waits for its first verdict.
+FIRST_WAIT = 0.5
+
 
 class Answer(NamedTuple):
     """What a connection is told: the reply, the verdict it rests on, when (monotonic) it was judged."""
@@ -58,6 +61,8 @@ class Watch:
         self.observer = Observer(self.client, endpoint, settings, options, probe_every, now=now, mono=mono)
         self.lock = threading.Lock()
         self._answer = Answer(NO_VERDICT, "no verdict yet: the agent is starting", mono())
+        #: Set once the first judgement is done (or failed): the first connections wait a moment for it.
+        self.first = threading.Event()
         #: The server has been read since the agent started (a startup probe's question).
         self.served = False
         #: An answer older than this is no verdict: the loop is wedged or dead (each read is bounded by
@@ -84,7 +89,10 @@ class Watch:
         return verdict
 
     def answer(self) -> Answer:
-        """The latest answer, or NO_VERDICT when the loop has not judged for stale_after seconds."""
+        """The latest answer, or NO_VERDICT when the loop has not judged for stale_after seconds. A connection
+        in the agent's first moments waits up to FIRST_WAIT for the first verdict (no drain at every start), never
+        longer: the listeners serve from the first second even when the first reading hangs."""
+        self.first.wait(FIRST_WAIT)
         with self.lock:
             got = self._answer
         age = self.mono() - got.at
@@ -103,14 +111,13 @@ class Watch:
             if msg != last_error:
                 self.say(msg)
             return msg
+        finally:
+            self.first.set()
 
-    def run(self, stop: threading.Event, judged: bool = False) -> None:
-        """Judge on the monotonic clock's multiples of `every` until `stop` (`judged`: the first is done)."""
+    def run(self, stop: threading.Event) -> None:
+        """Judge now, then on the monotonic clock's multiples of `every`, until `stop`."""
         last_error = ""
         while not stop.is_set():
-            if judged:
-                judged = False
-            else:
-                last_error = self.judge_safely(last_error)
+            last_error = self.judge_safely(last_error)
             now = time.monotonic()
             stop.wait(max(next_slot(now, self.every) - now, 0.0))

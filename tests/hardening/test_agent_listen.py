@@ -96,3 +96,43 @@ def test_a_bad_allow_is_a_usage_error():
                           text=True, timeout=30)
     assert done.returncode == 2 and "--allow '10.0.0.300': not an IP address" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_agent_answers_from_its_first_second_and_stops_on_sigterm_while_its_first_reading_hangs():
+    """Issue 38: the agent judged once before it listened, so a first reading that hung (a server that accepts
+    and says nothing; before, a host look that blocked) left HAProxy and the kubelet unanswered, and SIGTERM
+    unheard. Now both listeners answer within 1 s of the start (no verdict yet: the agent is starting), and
+    SIGTERM ends it at once."""
+    from tests.rig.loopback import RawServer
+    from tests.rig.ports import free_port
+
+    silent = RawServer(lambda conn, stop: stop.wait(30)).__enter__()
+    port, probes = free_port(), free_port()
+    proc = subprocess.Popen([script("check_vllm_agent"), "-u", silent.url, "--listen",
+                             f"127.0.0.1:{port}", "--probe-listen", f"127.0.0.1:{probes}", "--timeout", "20"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        started = time.monotonic()
+        got = b""
+        while not got and time.monotonic() - started < 5:
+            try:
+                got, _ = ask(port, timeout=2)
+            except OSError:
+                time.sleep(0.05)
+        answered = time.monotonic() - started
+        assert got.startswith(b"drain") or got.startswith(b"up"), got
+        assert answered < 1.5, f"the agent answered {answered:.2f} s after its start"
+        with socket.create_connection(("127.0.0.1", probes), timeout=2) as s:
+            s.sendall(b"GET /livez HTTP/1.0\r\n\r\n")
+            reply = s.recv(4096)
+        assert reply.startswith(b"HTTP/1.0 200") and b"liveness pass in spite of: " in reply, reply
+        t0 = time.monotonic()
+        proc.terminate()
+        assert proc.wait(5) == 0
+        assert time.monotonic() - t0 < 2, "SIGTERM was heard late"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        silent.__exit__()
+    assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
