@@ -169,7 +169,7 @@ def _witness(calls: _Calls) -> Witness | None:
     from check_vllm.server import host
 
     calls.doing("looking for the server's process")
-    return host.witness(calls.endpoint.url, calls.options.pid_file, calls.options.pid_command)
+    return host.witness(calls.endpoint.url, calls.options)
 
 
 def _engine_said(calls: _Calls, failure: Failure) -> Failure:
@@ -335,7 +335,7 @@ def own_look(url: str, memory: Memory, settings: Settings, options: Options, mar
     if last is None:
         return None
     failure = Failure(last.word, "as the check last saw it", dead_engine=engine_died_last(memory))
-    witness = None if failure.dead_engine else host.witness(url, options.pid_file, options.pid_command)
+    witness = None if failure.dead_engine else host.witness(url, options)
     if not failure.dead_engine and (witness is None or (witness.process is None and memory.stopping is None)):
         return None
     return assess_failure(memory, Evidence(failure, witness, marker, True), settings, now())

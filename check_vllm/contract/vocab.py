@@ -209,6 +209,10 @@ class Options(NamedTuple):
     #: or a command that prints the pid (`supervisorctl pid vllm`). Neither: found by its command line.
     pid_file: str | None = None
     pid_command: str | None = None
+    #: The port vLLM itself listens on when the URL's port is a proxy's on this host (nginx for TLS or auth).
+    server_port: int | None = None
+    #: The user vLLM runs as: only this user's processes (and their --config files) are the host's witness.
+    server_user: str | None = None
 
 
 #: The check's whole-run budget (-t), seconds.

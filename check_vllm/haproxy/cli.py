@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
                         min_gap=min(SETTINGS.min_gap, 0.5 * args.interval), start_grace=args.start_grace,
                         stop_grace=args.stop_grace)
     options = Options(probe=not args.no_probe, model=args.model, probe_timeout=args.probe_timeout,
-                      metrics_timeout=args.timeout, reread=False, pid_file=args.pid_file, pid_command=args.pid_command)
+                      metrics_timeout=args.timeout, reread=False, pid_file=args.pid_file, pid_command=args.pid_command,
+                      server_port=args.server_port, server_user=args.server_user)
     watch = Watch(endpoint, settings, options, args.interval, args.probe_every, say=say)
     try:
         server = AgentServer(address, lambda: watch.answer().line(), allow)

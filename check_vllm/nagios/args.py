@@ -109,6 +109,11 @@ def lifecycle_options(parser: argparse.ArgumentParser, settings: Any) -> None:
                    "a container, a proxy in front, /proc mounted hidepid)")
     h.add_argument("--pid-command", metavar="CMD", help="a command that prints the server's pid, e.g. "
                    "'supervisorctl pid vllm' or 'systemctl show -p MainPID --value vllm'")
+    h.add_argument("--server-port", type=number(int, 1), metavar="PORT", help="the port vLLM listens on when the "
+                   "URL's port is a proxy's on this host (nginx for TLS or auth): its process is the witness")
+    h.add_argument("--server-user", metavar="USER", help="the user vLLM runs as: only this user's processes, and "
+                   "their --config files, are believed (any user's otherwise: another local user could then "
+                   "make the host unable to tell)")
     h.add_argument("--start-grace", type=number(float), default=settings.start_grace, metavar="S",
                    help="a server that is not serving yet while its process is younger than S seconds (seen "
                         "from another host: S seconds after check_vllm_restart restarted it) is starting "

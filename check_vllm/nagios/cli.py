@@ -217,7 +217,8 @@ def _check(argv: list[str] | None = None) -> NoReturn:
                               pause_grace=args.pause_grace, recovery_window=args.recovery_window),
             options=Options(proxy=args.proxy, probe=not args.no_probe, model=args.model,
                             probe_timeout=args.probe_timeout, reread_delay=args.reread_delay,
-                            pid_file=args.pid_file, pid_command=args.pid_command),
+                            pid_file=args.pid_file, pid_command=args.pid_command,
+                            server_port=args.server_port, server_user=args.server_user),
             state_dir=Path(args.state_dir) if args.state_dir else default_dir(),
             # leave a second for the state file and the output, so our own verdicts beat the alarm
             deadline=started + args.timeout - 1.0,

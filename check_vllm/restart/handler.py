@@ -142,7 +142,8 @@ def weigh(args: argparse.Namespace, event: Event, history: StateFile, state_dir:
     decision = decide(event, verdict, problem, restart_times(entries, at), policy, now)
     if decision.act and verdict is not None:  # never on a start the check could not see yet
         lifecycle = Settings(start_grace=args.start_grace, stop_grace=args.stop_grace)
-        process = Options(pid_file=args.pid_file, pid_command=args.pid_command)
+        process = Options(pid_file=args.pid_file, pid_command=args.pid_command, server_port=args.server_port,
+                          server_user=args.server_user)
         loading = still_loading(url, saved, verdict.word, lifecycle, process,
                                 read_marker(marker_path(state_dir, url), at))
         if loading:

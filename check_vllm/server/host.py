@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import Witness
+from check_vllm.contract.vocab import Options
 from check_vllm.server.processes import by_command_line, process
 
 #: Seconds a --pid-command may take.
@@ -95,12 +96,27 @@ def from_pid_command(command: str) -> Witness:
     return _pid_text(text.rpartition("=")[2] if "=" in text else text, "pid command")
 
 
-def witness(url: str, pid_file: str | None = None, pid_command: str | None = None) -> Witness | None:
+def _uid(user: str) -> int | None:
+    """A user name or number as a uid; None for no such user."""
+    if user.isdigit():
+        return int(user)
+    try:
+        import pwd
+
+        return pwd.getpwnam(user).pw_uid
+    except (KeyError, ImportError):
+        return None
+
+
+def witness(url: str, options: Options) -> Witness | None:
     """The server's process; None when the host cannot be a witness (a remote URL, and no name given)."""
-    if pid_file:
-        return from_pid_file(pid_file)
-    if pid_command:
-        return from_pid_command(pid_command)
+    if options.pid_file:
+        return from_pid_file(options.pid_file)
+    if options.pid_command:
+        return from_pid_command(options.pid_command)
     if not is_local(url):
         return None
-    return by_command_line(url_port(url))
+    user = _uid(options.server_user) if options.server_user else None
+    if options.server_user and user is None:
+        return Witness(error=f"--server-user {clean(options.server_user, 40)}: no such user here")
+    return by_command_line(url_port(url), options.server_port, user)

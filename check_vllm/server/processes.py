@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+import stat
+from collections.abc import Sequence
 
-from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import Instant, ServerProcess, Witness
-from check_vllm.server import clock
+from check_vllm.server import clock, procfs
 
 #: vLLM's default --port.
 DEFAULT_PORT = 8000
 #: The API server's module, for `python -m ...` command lines.
 API_MODULE = "vllm.entrypoints.openai.api_server"
-_CMDLINE_MAX = 64 << 10
+#: A --config file is read this far: vLLM's are a few lines.
+CONFIG_MAX = 64 << 10
 
 
 def is_api_server(argv: Sequence[str]) -> bool:
@@ -43,25 +44,44 @@ def _flag(argv: Sequence[str], name: str) -> str | None:
 _YAML_PORT = re.compile(rb"^port\s*:\s*[\"']?(\d{1,5})[\"']?\s*(?:#.*)?$", re.MULTILINE)
 
 
-def config_port(path: str, cwd: str = "/") -> int | None:
-    """The port a `vllm serve --config FILE` names (vLLM's documented YAML form); None when it names none or
-    the file cannot be read here. A relative path is the server's own (its working directory)."""
+def _regular_file(path: str, owners: set[int], limit: int = CONFIG_MAX) -> bytes | None:
+    """Up to `limit` bytes of `path` when it is a regular file of one of `owners`, else None. Another user's
+    command line names the file, so the file is input: no final symlink followed, and no device or FIFO ever
+    opened (opened O_PATH and checked first, then reopened through /proc/self/fd: `--config /dev/watchdog` must
+    not arm a watchdog, nor a FIFO block the check)."""
     try:
-        with open(os.path.join(cwd, path), "rb") as fh:
-            found = _YAML_PORT.search(fh.read(_CMDLINE_MAX))
+        handle = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
-    return int(found.group(1)) if found else None
+    try:
+        st = os.fstat(handle)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid not in owners:
+            return None
+        fd = os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    finally:
+        os.close(handle)
+    try:
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
-def api_port(argv: Sequence[str], cwd: str = "/") -> int | None:
-    """The port a vLLM API server's command line serves: --port, else its --config file's, else vLLM's 8000;
-    None when it cannot be told here (a --config file this user cannot read, a --port that is no number)."""
+def api_port(argv: Sequence[str], cwd: str = "/", owner: int | None = None) -> int | None:
+    """The port a vLLM API server's command line serves: --port, else the `port:` of its --config file (vLLM's
+    documented YAML form), else vLLM's 8000; None when it cannot be told here: a --port that is no number, a
+    --config this user cannot read or that is no regular file of the server's user (`owner`) or root. A
+    relative --config is the server's own (its working directory)."""
     given, config = _flag(argv, "--port"), _flag(argv, "--config")
     if given is None and config is not None:
-        if not os.access(os.path.join(cwd, config), os.R_OK):
+        raw = _regular_file(os.path.join(cwd, config), {0, os.geteuid() if owner is None else owner})
+        if raw is None:
             return None
-        return config_port(config, cwd) or DEFAULT_PORT
+        found = _YAML_PORT.search(raw)
+        return int(found.group(1)) if found else DEFAULT_PORT
     try:
         return int(given) if given is not None else DEFAULT_PORT
     except ValueError:
@@ -71,15 +91,6 @@ def api_port(argv: Sequence[str], cwd: str = "/") -> int | None:
 def serves_port(argv: Sequence[str], port: int, cwd: str = "/") -> bool:
     """A command line of vLLM's API server that serves `port` (no --port: its --config file's, else 8000)."""
     return is_api_server(argv) and api_port(argv, cwd) == port
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            raw = fh.read(_CMDLINE_MAX)
-    except OSError:
-        return []
-    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
 
 
 def _stat_start(pid: int) -> int | None:
@@ -105,14 +116,6 @@ def process(pid: int, how: str) -> ServerProcess | None:
     return ServerProcess(pid, ticks, Instant(now.wall - max(now.mono - started, 0.0), started, now.boot), how)
 
 
-def _pids() -> Iterable[int]:
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return ()
-    return (int(n) for n in names if n.isdigit())
-
-
 def _netns(pid: int | str) -> str | None:
     try:
         return os.readlink(f"/proc/{pid}/ns/net")
@@ -120,32 +123,84 @@ def _netns(pid: int | str) -> str | None:
         return None
 
 
-def by_command_line(port: int) -> Witness | None:
-    """The oldest vLLM API server process here whose command line (or --config file) serves `port`, in this
-    network namespace (the oldest: the parent of a multi-process server; its API server children keep the same
-    command line). A port held by another program (a TLS or auth proxy in front of vLLM) makes the host no
-    witness (None): it cannot tell which server is behind it, so the check concludes what one from another
-    host would; --pid-file or --pid-command name the process. Finding none is proof of none only when the
-    host saw all it needs (blind): otherwise a Witness that says what it cannot see."""
-    mine, ours, unsure = _netns("self"), [], []
-    for pid in _pids():
-        argv = _cmdline(pid)
+def _owner(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def _api_servers(user: int | None) -> tuple[dict[int, list[int]], list[str], list[str]]:
+    """Every vLLM API server process here, by the port it serves, of `user` only when given (another user's
+    processes are not ours to believe), in this network namespace; and what cannot be told of the others:
+    those whose port cannot be told here, and those in another network namespace."""
+    mine, untold, elsewhere = _netns("self"), [], []
+    servers: dict[int, list[int]] = {}
+    for pid in procfs.pids():
+        argv = procfs.cmdline(pid)
         if pid == os.getpid() or not is_api_server(argv):
             continue
-        served, ns = api_port(argv, f"/proc/{pid}/cwd"), _netns(pid)
-        if served is None or ns is None or (mine is not None and ns != mine):
-            why = "its port cannot be told here" if served is None else "it runs in another network namespace"
-            unsure.append(f"vLLM process {pid}: {why}")
-        elif served == port:
-            ours.append(pid)
-    seen = [p for p in (process(pid, "command line") for pid in ours) if p is not None]
-    if seen:
-        return Witness(min(seen, key=lambda p: p.start_ticks))
-    if not unsure and _proxy_on(port):
-        return None  # a proxy holds the port: the host cannot tell which vLLM is behind it (a remote check's view)
-    why = blind(unsure)
-    return Witness(error=f"{why}: no proof there is none (name it with --pid-file or --pid-command)") if why \
-        else Witness()
+        owner = _owner(pid)
+        if user is not None and owner != user:
+            continue
+        served, ns = api_port(argv, f"/proc/{pid}/cwd", owner), _netns(pid)
+        if served is None:
+            untold.append(f"vLLM process {pid}: its port cannot be told here")
+        elif ns is None or (mine is not None and ns != mine):
+            elsewhere.append(f"vLLM process {pid}: it runs in another network namespace")
+        else:
+            servers.setdefault(served, []).append(pid)
+    return servers, untold, elsewhere
+
+
+def _oldest(pids: Sequence[int], how: str) -> ServerProcess | None:
+    """The oldest live one (the parent of a multi-process server: its API server children share its command line)."""
+    seen = [p for p in (process(pid, how) for pid in pids) if p is not None]
+    return min(seen, key=lambda p: p.start_ticks) if seen else None
+
+
+def by_command_line(port: int, server_port: int | None = None, user: int | None = None) -> Witness | None:
+    """The vLLM API server process here whose command line (or --config file) serves `port` (or `server_port`,
+    the port vLLM listens on behind a proxy that holds the URL's), of `user` when given, in this network
+    namespace. When another program holds the URL's port (nginx for TLS or auth), the one vLLM API server of
+    this host is the witness, said so; several are named for the operator to choose from; none here makes
+    the host no witness (None): the proxy may front another host. Finding none is proof of none only when the
+    host saw all it needs (blind): otherwise a Witness that says what it cannot see."""
+    servers, untold, elsewhere = _api_servers(user)
+    found = _oldest(servers.get(server_port or port, []), "command line")
+    if found is not None:
+        return Witness(found)
+    holder = "" if server_port else procfs.holder(port, is_api_server)
+    if holder:
+        return _behind(f"port {port} is held by {holder}, not vLLM", servers, untold, elsewhere, user)
+    why = blind(untold + elsewhere)
+    return Witness(error=f"{why}: no proof there is none ({ADVICE})") if why else Witness()
+
+
+#: How an operator names the server's process where the host cannot tell it.
+ADVICE = "name it with --server-user, --server-port, --pid-file or --pid-command"
+
+
+def _behind(held: str, servers: dict[int, list[int]], untold: list[str], elsewhere: list[str],
+            user: int | None) -> Witness:
+    """The URL's port is another program's (a TLS or auth proxy): the vLLM behind it is this host's to witness
+    only when it can be told which, the one API server of the server's user (--server-user) in this network
+    namespace; it may as well be on another host, or in a container (then it cannot be told)."""
+    if user is None:
+        return Witness(error=f"{held}: name the server behind it with --server-port or --server-user (or "
+                             "--pid-file, --pid-command) for this host to witness its start")
+    if untold or (elsewhere and not servers):
+        return Witness(error=f"{held}; {blind(untold + elsewhere)}: no proof there is none ({ADVICE})")
+    if len(servers) > 1:
+        ports = ", ".join(map(str, sorted(servers)))
+        return Witness(error=f"{held}, and this user's vLLM API servers here serve ports {ports}: name the one "
+                             "behind it with --server-port")
+    for served, pids in servers.items():
+        found = _oldest(pids, f"command line: the one vLLM API server of its user here, port {served}, "
+                              f"behind the URL's: {held}")
+        if found is not None:
+            return Witness(found)
+    return Witness()
 
 
 def _hidden_proc() -> bool:
@@ -163,45 +218,6 @@ def _hidden_proc() -> bool:
             if any(o.startswith("hidepid=") and o not in ("hidepid=0", "hidepid=off") for o in options):
                 return True
     return False
-
-
-def _listeners(port: int) -> set[str]:
-    """Socket inodes listening on `port` in this network namespace (/proc/net/tcp, tcp6: state 0A)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table, encoding="ascii", errors="replace") as fh:
-                rows = [line.split() for line in fh.read(4 << 20).splitlines()[1:]]
-        except OSError:
-            continue
-        for row in rows:
-            if len(row) > 9 and row[3] == "0A" and row[1].rpartition(":")[2] == f"{port:04X}":
-                inodes.add(row[9])
-    return inodes
-
-
-def _listener_owner(inodes: set[str]) -> str:
-    """Which program holds one of these listening sockets: "COMM (pid N)", or "" when this user cannot see."""
-    wanted = {f"socket:[{i}]" for i in inodes}
-    for pid in _pids():
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
-                    argv = _cmdline(pid)
-                    return "" if is_api_server(argv) else f"{clean(os.path.basename(argv[0]) if argv else '?', 40)} (pid {pid})"
-            except OSError:
-                continue
-    return "a process this user cannot see"
-
-
-def _proxy_on(port: int) -> bool:
-    """A program other than vLLM's API server listens on `port` here (one this user cannot see counts too)."""
-    inodes = _listeners(port)
-    return bool(inodes) and bool(_listener_owner(inodes))
 
 
 def blind(unsure: Sequence[str]) -> str:

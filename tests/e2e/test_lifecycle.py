@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from check_vllm.contract.vocab import Options
 from check_vllm.server import host, processes
 from tests.rig.loading_vllm import Loaders, free_port, loaders
 
@@ -146,7 +147,7 @@ def test_the_host_is_a_witness_only_for_its_own_addresses():
     assert host.is_local("http://127.0.0.1:8000") and host.is_local("http://LOCALHOST:8000")
     assert host.is_local("http://[::1]:8000") or not socket.has_ipv6
     assert not host.is_local("http://192.0.2.10:8000")  # TEST-NET-1: not this host (a bind, no packet sent)
-    assert host.witness("http://192.0.2.10:8000") is None
+    assert host.witness("http://192.0.2.10:8000", Options()) is None
 
 
 def test_command_lines_of_the_api_server():
@@ -185,10 +186,10 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
 
 
-def test_behind_a_proxy_on_this_host_the_check_concludes_as_from_another_host(run_check, loader, tmp_path):
-    """An auth or TLS proxy on this host answers 502 while vLLM, behind it on another port, loads. The host
-    cannot tell which vLLM is behind the proxy: it is no witness (a remote check's view), and the operator
-    names the process with --pid-command to have the load read as starting."""
+def test_behind_a_proxy_on_this_host_the_check_names_it_and_how_to_witness_the_server(run_check, loader):
+    """An auth or TLS proxy on this host answers 502 while vLLM, behind it on another port, loads. Without being
+    told which vLLM is behind it (the proxy may front another host), the host is no witness, and the output says
+    what holds the port and how to name the server (issue 38: f646aaa said nothing); --server-port names it."""
     import subprocess
     import sys
 
@@ -204,10 +205,16 @@ def test_behind_a_proxy_on_this_host_the_check_concludes_as_from_another_host(ru
                 time.sleep(0.05)
         url = f"http://127.0.0.1:{front}"
         blind = run_check("-u", url)
-        assert blind.first.startswith("VLLM WARNING - unresponsive: /metrics answered HTTP 502 (for 0.0 s"), blind.first
-        named = run_check("-u", url, "--pid-command", f"echo {proc.pid}")
-        assert norm(named.first).startswith(f"VLLM WARNING - starting: vLLM process {proc.pid} (from its pid "
-                                            f"command) started <N> ago, not serving yet"), named.first
+        assert blind.first.startswith("VLLM WARNING - unresponsive: /metrics answered HTTP 502"), blind.first
+        prog = Path(sys.executable).name
+        assert (f"server process unknown: port {front} is held by {prog} (pid {proxy.pid}), not vLLM: name the "
+                "server behind it with --server-port or --server-user") in blind.first, blind.first
+        named = run_check("-u", url, "--server-port", str(back))
+        assert norm(named.first).startswith(f"VLLM WARNING - starting: vLLM process {proc.pid} started <N> ago, "
+                                            "not serving yet"), named.first
+        by_pid = run_check("-u", url, "--pid-command", f"echo {proc.pid}")
+        assert norm(by_pid.first).startswith(f"VLLM WARNING - starting: vLLM process {proc.pid} (from its pid "
+                                             f"command) started <N> ago, not serving yet"), by_pid.first
     finally:
         proxy.kill()
         proxy.wait()
@@ -219,13 +226,13 @@ def test_a_vllm_process_in_another_network_namespace_is_no_proof_of_none(monkeyp
     it mid-load). The host says what it cannot see; the check concludes what a remote one would."""
     from check_vllm.server import processes as p
 
-    monkeypatch.setattr(p, "_pids", lambda: [4242])
-    monkeypatch.setattr(p, "_cmdline", lambda pid: ["python3", "-m", p.API_MODULE, "--port", "8000"])
+    monkeypatch.setattr(p.procfs, "pids", lambda: [4242])
+    monkeypatch.setattr(p.procfs, "cmdline", lambda pid: ["python3", "-m", p.API_MODULE, "--port", "8000"])
     monkeypatch.setattr(p, "_netns", lambda pid: "net:[1]" if pid == "self" else "net:[2]")
     seen = p.by_command_line(8001)
     assert seen is not None and seen.process is None
     assert seen.error == ("vLLM process 4242: it runs in another network namespace: no proof there is none "
-                          "(name it with --pid-file or --pid-command)")
+                          f"({p.ADVICE})")
     monkeypatch.setattr(p, "_netns", lambda pid: "net:[1]")
     assert p.by_command_line(8001) == p.Witness()  # the same namespace: a vLLM on another port is not ours
 

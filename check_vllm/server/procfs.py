@@ -1,0 +1,70 @@
+"""What /proc says of this host: its processes, their command lines, and which program holds a listening port
+(the sockets of this network namespace in /proc/net/tcp, tcp6, and the process whose descriptor is one).
+Read only when /metrics gave no reading."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+from check_vllm.contract.safe_text import clean
+
+
+def pids() -> list[int]:
+    try:
+        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return []
+
+
+#: A command line longer than this is cut: no vLLM's is.
+CMDLINE_MAX = 64 << 10
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            raw = fh.read(CMDLINE_MAX)
+    except OSError:
+        return []
+    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+
+
+def _listeners(port: int) -> set[str]:
+    """Socket inodes listening on `port` in this network namespace (/proc/net/tcp, tcp6: state 0A)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii", errors="replace") as fh:
+                rows = [line.split() for line in fh.read(4 << 20).splitlines()[1:]]
+        except OSError:
+            continue
+        for row in rows:
+            if len(row) > 9 and row[3] == "0A" and row[1].rpartition(":")[2] == f"{port:04X}":
+                inodes.add(row[9])
+    return inodes
+
+
+def _listener_owner(inodes: set[str], is_vllm: Callable[[Sequence[str]], bool]) -> str:
+    """Which program holds one of these listening sockets: "COMM (pid N)", or "" when this user cannot see."""
+    wanted = {f"socket:[{i}]" for i in inodes}
+    for pid in pids():
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                    argv = cmdline(pid)
+                    return "" if is_vllm(argv) else f"{clean(os.path.basename(argv[0]) if argv else '?', 40)} (pid {pid})"
+            except OSError:
+                continue
+    return "a process this user cannot see"
+
+
+def holder(port: int, is_vllm: Callable[[Sequence[str]], bool]) -> str:
+    """The program other than vLLM's API server that listens on `port` here ("COMM (pid N)", or "a process
+    this user cannot see"), or "" when none does."""
+    inodes = _listeners(port)
+    return _listener_owner(inodes, is_vllm) if inodes else ""
