@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.rig.loading_vllm import SCRIPT
+from tests.rig.loading_vllm import PROXY, SCRIPT
 from tests.rig.ports import free_port
 from tests.rig.scripts import Result, run_script
 
@@ -77,17 +77,6 @@ def test_another_users_process_counts_only_without_server_user(tmp_path: Path, s
     assert "server process unknown: --server-user no-such-user: no such user here" in unknown.first, unknown.first
 
 
-PROXY = """\
-import http.server, sys
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"<html><body>502 Bad Gateway</body></html>"
-        self.send_response(502); self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
-    do_POST = do_GET
-    def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"""
 
 
 class Namespace:

@@ -14,7 +14,7 @@ import pytest
 
 from check_vllm.contract.vocab import Options
 from check_vllm.server import host, processes
-from tests.rig.loading_vllm import Loaders, free_port, loaders
+from tests.rig.loading_vllm import PROXY, Loaders, free_port, loaders
 
 PERF = (" | kv_cache_usage=U;;;0;100 prompt_tokens_per_second=U;;;0 running=U;;;0 stalled_seconds=U;;;0 "
         "steps_per_second=U;;;0 tokens_per_second=U;;;0 waiting=U;;;0")
@@ -173,17 +173,6 @@ def test_a_server_whose_port_is_only_in_its_config_file_is_starting(run_check, l
     assert r.code == 1
 
 
-PROXY = """\
-import http.server, sys
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"<html><body>502 Bad Gateway</body></html>"
-        self.send_response(502); self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
-    do_POST = do_GET
-    def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"""
 
 
 def test_behind_a_proxy_on_this_host_the_check_names_it_and_how_to_witness_the_server(run_check, loader):

@@ -41,6 +41,21 @@ time.sleep(600)
 """
 
 
+#: A proxy on this host in front of a vLLM that does not serve (yet): 502 with a page, as nginx says it
+#: (`python -c PROXY PORT`).
+PROXY = """\
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"<html><body>502 Bad Gateway</body></html>"
+        self.send_response(502); self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    do_POST = do_GET
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 
