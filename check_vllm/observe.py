@@ -321,21 +321,3 @@ def _explained(calls: _Calls, verdict: Verdict, got: Reading, settings: Settings
         calls.doing("GET the fault-tolerance status")
         faults = held.faults(calls.client, calls.endpoint, calls.left(None))
     return on_purpose(verdict, got, said, settings, calls.now(), faults)
-
-
-def own_look(url: str, memory: Memory, settings: Settings, options: Options, marker: Instant | None,
-             now: Callable[[], Instant | float] = clock.now) -> Verdict | None:
-    """The restart handler's own look before it acts on a saved down or unresponsive verdict: what the host sees
-    of the server's process now, judged by the one judge of a run without a reading, as a second look (it
-    never asks for another). None when the host adds nothing: no witness, or no process and no stop seen."""
-    from check_vllm.judge.silence import assess_failure, engine_died_last
-    from check_vllm.server import host
-
-    last = memory.last
-    if last is None:
-        return None
-    failure = Failure(last.word, "as the check last saw it", dead_engine=engine_died_last(memory))
-    witness = None if failure.dead_engine else host.witness(url, options)
-    if not failure.dead_engine and (witness is None or (witness.process is None and memory.stopping is None)):
-        return None
-    return assess_failure(memory, Evidence(failure, witness, marker, True), settings, now())

@@ -9,6 +9,7 @@ sends the idle probe at most once per probe_every.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -56,3 +57,9 @@ class Observer:
                        may_probe=self.may_probe)
         self.memory = seen.verdict.memory
         return seen
+
+
+def next_slot(now: float, every: float) -> float:
+    """The next multiple of `every` on the monotonic clock after `now`: the cadence of an in-process observer
+    (the collector's ticks, the agent's readings)."""
+    return (math.floor(now / every) + 1) * every

@@ -22,8 +22,7 @@ import httpx
 from check_vllm.contract.probes import Seen
 from check_vllm.contract.values import Verdict
 from check_vllm.contract.vocab import Options, Settings
-from check_vllm.netdata.collector import next_slot  # the collector's cadence
-from check_vllm.observer import Observer, given_clock
+from check_vllm.observer import Observer, given_clock, next_slot
 from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint
 

@@ -14,7 +14,6 @@ rest of it (check_vllm.contract.values.Memory.whole_page), so the collector lear
 
 from __future__ import annotations
 
-import math
 import sys
 import threading
 import time
@@ -26,7 +25,7 @@ import httpx
 from check_vllm.contract.safe_text import one_line
 from check_vllm.contract.values import Memory, Reading, Verdict
 from check_vllm.contract.vocab import CONNECT_TIMEOUT, SETTINGS, Options, Settings
-from check_vllm.observer import Observer, given_clock
+from check_vllm.observer import Observer, given_clock, next_slot
 from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint
 
@@ -139,11 +138,6 @@ class Output:
         with self.lock:
             self.stream.write(text)
             self.stream.flush()
-
-
-def next_slot(now: float, every: float) -> float:
-    """The next multiple of `every` on the monotonic clock after `now`."""
-    return (math.floor(now / every) + 1) * every
 
 
 def run_job(collector: JobCollector, out: Output, stop: threading.Event) -> None:

@@ -14,7 +14,8 @@ import pytest
 
 from check_vllm.contract.values import Instant, Memory, ServerProcess, Witness
 from check_vllm.contract.vocab import CRITICAL, DOWN, IDLE, OPTIONS, SETTINGS, STOPPING, WARNING, Options
-from check_vllm.observe import observe, own_look
+from check_vllm.observe import observe
+from check_vllm.restart.starting import own_look
 from check_vllm.server import host
 from check_vllm.server.fetch import Endpoint
 
