@@ -5,10 +5,7 @@ only sequences calls against the deadline: what to do next is the verdict's `act
 judge; each request gets a timeout cut to what is left of the caller's deadline, so a slow server
 earns a specific verdict ("unresponsive") instead of the caller's blunt time-out.
 
-Each read asks for the restricted /metrics page (check_vllm.server.api). A server whose restricted page fails
-where the whole page works is read by the whole page from then on (the memory says since when; the
-run that found out re-reads at once and loses nothing), and asked the restricted page again after
-RESTRICTED_RETRY: a server may be upgraded.
+Which /metrics page each read asks for, and every call's timeout: check_vllm.server.calls.
 """
 
 from __future__ import annotations
@@ -22,10 +19,7 @@ import httpx
 
 from check_vllm.contract.values import (
     CUT_SHORT,
-    ENGINE_DEAD,
     ENGINE_PAUSED,
-    NO_ANSWER,
-    REJECTED,
     Evidence,
     Failure,
     Instant,
@@ -34,22 +28,20 @@ from check_vllm.contract.values import (
     Reading,
     Verdict,
     Witness,
+    instant,
 )
 from check_vllm.contract.vocab import (
     DOWN,
     LOOK_AGAIN,
-    NO_METRICS,
     PROBE,
     PROBE_DEFERRED,
     PROXY,
     REREAD,
-    RUN_TIMEOUT,
     UNRESPONSIVE,
     Options,
     Settings,
 )
 from check_vllm.judge.assess import assess
-from check_vllm.judge.proof import elapsed, instant
 from check_vllm.judge.quiet import (
     asks_checkpoint,
     asks_faults,
@@ -60,88 +52,14 @@ from check_vllm.judge.quiet import (
     turned_away,
 )
 from check_vllm.server import api, clock, held
-from check_vllm.server.fetch import Endpoint, FetchError
+from check_vllm.server.calls import Calls
+from check_vllm.server.fetch import Endpoint
 
 
 class Observation(NamedTuple):
     verdict: Verdict
     #: The newest good /metrics reading of the observation (None when there was none), for charts.
     reading: Reading | None = None
-
-
-#: Seconds a server that failed the restricted read is read by its whole page before it is asked again.
-RESTRICTED_RETRY = 3600.0
-
-
-class _Calls:
-    """The server's calls, each with its timeout cut to the deadline; which /metrics page to ask for."""
-
-    def __init__(self, client: httpx.Client, endpoint: Endpoint, options: Options, deadline: float,
-                 doing: Callable[[str], None], now: Callable[[], Instant | float], whole_page: Instant | None) -> None:
-        self.client, self.endpoint, self.options, self.deadline = client, endpoint, options, deadline
-        self.doing, self.now = doing, now
-        #: Since when this server is read by its whole page (None: the restricted one); the memory carries it.
-        self.whole_page = whole_page
-
-    def left(self, cap: float | None) -> float:
-        """A request's timeout: its cap, never beyond the deadline (no cap: what the deadline leaves)."""
-        room = self.deadline - time.monotonic()
-        if cap is None:
-            cap = room if math.isfinite(room) else RUN_TIMEOUT
-        return max(min(cap, room), 0.1)
-
-    def _restricted(self) -> bool:
-        """Ask for the restricted page: always, unless it failed here less than RESTRICTED_RETRY ago."""
-        if self.whole_page is None:
-            return True
-        since = elapsed(self.whole_page, instant(self.now()))
-        return since is None or not 0 <= since < RESTRICTED_RETRY  # another boot or a clock step: ask again
-
-    def metrics(self) -> Reading | Failure:
-        """Every read of a run alike: a page that is not vLLM's is followed by /v1/models for liveness."""
-        self.doing("GET /metrics")
-        got: Reading | Failure | None = None
-        asked = self._restricted()
-        if asked:
-            restricted = api.read_restricted(self.client, self.endpoint, self.left(self.options.metrics_timeout))
-            got = restricted.got
-            if isinstance(got, Reading):  # the restricted page works (again); a redirect got us the whole page
-                self.whole_page = None if restricted.as_asked else instant(self.now())
-        if got is None:
-            got = api.read_metrics(self.client, self.endpoint, self.left(self.options.metrics_timeout))
-            if asked and isinstance(got, Reading):  # the URL was at fault, not the server: the whole page from now on
-                self.whole_page = instant(self.now())
-        if isinstance(got, Failure) and got.kind == NO_METRICS:
-            return self.liveness(NO_METRICS, got.detail)
-        return got
-
-    def liveness(self, kind: str, detail: str) -> Failure:
-        self.doing("GET /v1/models")
-        return api.liveness(self.client, self.endpoint, kind, detail, self.left(self.options.metrics_timeout))
-
-    def probe(self, model: str | None) -> ProbeOutcome:
-        if not model:
-            self.doing("GET /v1/models")
-            try:
-                model = api.first_model(self.client, self.endpoint, self.left(self.options.metrics_timeout))
-            except FetchError as err:
-                return ProbeOutcome(REJECTED, 0.0, f"no model to probe: {err.detail}")
-        self.doing(f"the probe (POST /v1/completions, up to {self.options.probe_timeout:g} s)")
-        budget = self.left(self.options.probe_timeout)
-        outcome = api.complete(self.client, self.endpoint, model or "", budget, budget >= self.options.probe_timeout)
-        if outcome.kind == NO_ANSWER and outcome.status is not None and self.engine_dead():
-            return outcome._replace(kind=ENGINE_DEAD, detail=f"{outcome.detail}; GET /health answered 503")
-        return outcome
-
-    def engine_dead(self) -> bool:
-        """Asked after a 5xx only (a time-out is an event loop too busy to tell): a dead engine's words changed
-        in 0.33, its GET /health did not. And only vLLM's own API server proves it: it keeps serving /metrics
-        with a dead engine, while a proxy before a server it cannot reach (Caddy: an empty 503 for everything)
-        answers /health as it answers the rest, so /metrics is read once more, and must answer."""
-        self.doing("GET /health")
-        if not api.engine_dead(self.client, self.endpoint, self.left(None)):
-            return False
-        return isinstance(self.metrics(), Reading)
 
 
 def observe(
@@ -155,7 +73,7 @@ def observe(
     `may_probe` is asked only when the verdict wants a probe and `options.probe` allows one: the Netdata
     collector uses it to probe an idle server at most once per probe_every.
     """
-    calls = _Calls(client, endpoint, options, deadline, doing, now, memory.whole_page)
+    calls = Calls(client, endpoint, options, deadline, doing, now, memory.whole_page)
     seen = _sequence(calls, memory, settings, marker, sleep, may_probe)
     if seen.verdict.memory.whole_page == calls.whole_page:
         return seen
@@ -164,15 +82,15 @@ def observe(
     return seen._replace(verdict=seen.verdict._replace(memory=carried))
 
 
-def _witness(calls: _Calls) -> Witness | None:
+def _witness(calls: Calls, failure: Failure) -> Witness | None:
     """What the host sees of the server's process."""
     from check_vllm.server import host
 
     calls.doing("looking for the server's process")
-    return host.witness(calls.endpoint.url, calls.options)
+    return host.witness(calls.endpoint.url, calls.options, failure.status)
 
 
-def _engine_said(calls: _Calls, failure: Failure) -> Failure:
+def _engine_said(calls: Calls, failure: Failure) -> Failure:
     """A read answered with a 5xx: its API server may say the engine died (GET /health, on this path only; a
     time-out is an event loop too busy to tell, and is not asked again)."""
     if failure.kind == UNRESPONSIVE and failure.status is not None and not failure.dead_engine \
@@ -181,18 +99,18 @@ def _engine_said(calls: _Calls, failure: Failure) -> Failure:
     return failure
 
 
-def _judged(calls: _Calls, memory: Memory, failure: Failure, settings: Settings, marker: Instant | None,
+def _judged(calls: Calls, memory: Memory, failure: Failure, settings: Settings, marker: Instant | None,
             second_look: bool) -> Verdict:
     """The evidence of a run without a reading, gathered once, and its one judge (imported here: a run that got
     its reading never loads it)."""
     from check_vllm.judge.silence import LIFECYCLE, assess_failure
 
     failure = _engine_said(calls, failure)
-    witness = _witness(calls) if failure.kind in LIFECYCLE and not failure.dead_engine else None
+    witness = _witness(calls, failure) if failure.kind in LIFECYCLE and not failure.dead_engine else None
     return assess_failure(memory, Evidence(failure, witness, marker, second_look), settings, calls.now())
 
 
-def _second_look_due(calls: _Calls, sleep: Callable[[float], None]) -> bool:
+def _second_look_due(calls: Calls, sleep: Callable[[float], None]) -> bool:
     """Wait for the second look the judge asked for, when the caller allows waiting (Options.reread) and the
     deadline leaves room for it and a reading after it."""
     pause = calls.options.look_again
@@ -203,7 +121,7 @@ def _second_look_due(calls: _Calls, sleep: Callable[[float], None]) -> bool:
     return True
 
 
-def _without_reading(calls: _Calls, memory: Memory, failure: Failure, settings: Settings, marker: Instant | None,
+def _without_reading(calls: Calls, memory: Memory, failure: Failure, settings: Settings, marker: Instant | None,
                      sleep: Callable[[float], None]) -> Reading | Verdict:
     """The one door for every read or probe that gave no reading: judged on its evidence, and looked at again
     when the judge asks (LOOK_AGAIN) and there is room; a caller that cannot wait leaves the second look to its
@@ -221,7 +139,7 @@ def _without_reading(calls: _Calls, memory: Memory, failure: Failure, settings: 
 ProbeJudge = Callable[[Verdict, ProbeOutcome, "Reading | None", Settings, Instant], Verdict]
 
 
-def _probed(calls: _Calls, verdict: Verdict, got: Reading, settings: Settings, marker: Instant | None,
+def _probed(calls: Calls, verdict: Verdict, got: Reading, settings: Settings, marker: Instant | None,
             sleep: Callable[[float], None], fair: float, judge: ProbeJudge | None = None) -> tuple[Verdict, Reading]:
     """The probe, and the reading an unanswered one needs (the judge's CONFIRM), judged once: by `judge` (the
     idle probe's after_probe unless given). A probe turned away as paused is the engine's own word, whoever
@@ -254,7 +172,7 @@ def _probed(calls: _Calls, verdict: Verdict, got: Reading, settings: Settings, m
                                   instant(calls.now())), got
 
 
-def _settled(calls: _Calls, memory: Memory, got: Reading, seen: Reading | Verdict,
+def _settled(calls: Calls, memory: Memory, got: Reading, seen: Reading | Verdict,
              settings: Settings) -> tuple[Verdict, Reading]:
     """What a run-without-a-reading door gave, as a verdict: a second look that found the server serving is
     judged as the reading it is."""
@@ -263,7 +181,7 @@ def _settled(calls: _Calls, memory: Memory, got: Reading, seen: Reading | Verdic
     return assess(memory, seen, settings, calls.now()), seen
 
 
-def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: Instant | None,
+def _sequence(calls: Calls, memory: Memory, settings: Settings, marker: Instant | None,
               sleep: Callable[[float], None], may_probe: Callable[[], bool]) -> Observation:
     """Read, judge, and read again or probe as the verdict asks."""
     options, deadline, now = calls.options, calls.deadline, calls.now
@@ -309,7 +227,7 @@ def _sequence(calls: _Calls, memory: Memory, settings: Settings, marker: Instant
     return Observation(deferred(verdict, got, None, None, settings, now()), got)
 
 
-def _explained(calls: _Calls, verdict: Verdict, got: Reading, settings: Settings) -> Verdict:
+def _explained(calls: Calls, verdict: Verdict, got: Reading, settings: Settings) -> Verdict:
     """A stall its server may explain (paused on purpose, a faulted engine held for recovery, deferred work):
     GET /is_paused and the fault-tolerance status are asked on this path only, where the judge says they may
     tell."""

@@ -145,6 +145,11 @@ def elapsed(since: Instant, now: Instant) -> float | None:
     return now.wall - since.wall
 
 
+def instant(now: Instant | float) -> Instant:
+    """A bare wall-clock time (a test table, an old caller) is an Instant without the boot-time clock."""
+    return now if isinstance(now, Instant) else Instant(float(now))
+
+
 def seconds_between(since: Instant, now: Instant) -> float:
     """As elapsed, but across a reboot on the wall clock, the only one that spans both: for the age of a
     restart (its marker, the cooldown), which a reboot does not end, unlike a stall's proof."""

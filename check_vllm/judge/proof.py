@@ -8,7 +8,7 @@ same boot, so a wall-clock step can neither make nor hide a stall. Pure.
 
 from __future__ import annotations
 
-from check_vllm.contract.values import Instant, Streak, elapsed
+from check_vllm.contract.values import Instant, Streak, elapsed, instant
 from check_vllm.contract.vocab import Settings
 
 __all__ = ["elapsed", "extend", "instant", "lasted", "proven"]
@@ -30,8 +30,3 @@ def lasted(streak: Streak, now: Instant) -> float:
 def proven(streak: Streak | None, now: Instant, settings: Settings) -> bool:
     return streak is not None and streak.readings >= settings.stuck_readings \
         and lasted(streak, now) >= settings.stuck_seconds
-
-
-def instant(now: Instant | float) -> Instant:
-    """A bare wall-clock time (a test table, an old caller) is an Instant without the boot-time clock."""
-    return now if isinstance(now, Instant) else Instant(float(now))

@@ -108,8 +108,9 @@ def _uid(user: str) -> int | None:
         return None
 
 
-def witness(url: str, options: Options) -> Witness | None:
-    """The server's process; None when the host cannot be a witness (a remote URL, and no name given)."""
+def witness(url: str, options: Options, status: int | None = None) -> Witness | None:
+    """The server's process; None when the host cannot be a witness (a remote URL, and no name given).
+    `status`: what the URL answered, if it answered (a proxy's 502 is worth a word on what holds the port)."""
     if options.pid_file:
         return from_pid_file(options.pid_file)
     if options.pid_command:
@@ -119,4 +120,4 @@ def witness(url: str, options: Options) -> Witness | None:
     user = _uid(options.server_user) if options.server_user else None
     if options.server_user and user is None:
         return Witness(error=f"--server-user {clean(options.server_user, 40)}: no such user here")
-    return by_command_line(url_port(url), options.server_port, user)
+    return by_command_line(url_port(url), options.server_port, user, status)

@@ -159,12 +159,18 @@ def _oldest(pids: Sequence[int], how: str) -> ServerProcess | None:
     return min(seen, key=lambda p: p.start_ticks) if seen else None
 
 
-def by_command_line(port: int, server_port: int | None = None, user: int | None = None) -> Witness | None:
+#: What a proxy answers while the server behind it does not: nginx 502 or 504, Caddy 502 or 503, HAProxy 503.
+GATEWAY = (502, 503, 504)
+
+
+def by_command_line(port: int, server_port: int | None = None, user: int | None = None,
+                    status: int | None = None) -> Witness | None:
     """The vLLM API server process here whose command line (or --config file) serves `port` (or `server_port`,
     the port vLLM listens on behind a proxy that holds the URL's), of `user` when given, in this network
     namespace. When another program holds the URL's port (nginx for TLS or auth), the one vLLM API server of
     this host is the witness, said so; several are named for the operator to choose from; none here makes
-    the host no witness (None): the proxy may front another host. Finding none is proof of none only when the
+    the host no witness (None): the proxy may front another host. `status`: what the URL answered; a proxy's
+    (GATEWAY) with no server named gets said what holds the port and how to name the server. Finding none is proof of none only when the
     host saw all it needs (blind): otherwise a Witness that says what it cannot see."""
     servers, untold, elsewhere = _api_servers(user)
     found = _oldest(servers.get(server_port or port, []), "command line")
@@ -172,7 +178,7 @@ def by_command_line(port: int, server_port: int | None = None, user: int | None 
         return Witness(found)
     holder = "" if server_port else procfs.holder(port, is_api_server)
     if holder:
-        return _behind(f"port {port} is held by {holder}, not vLLM", servers, untold, elsewhere, user)
+        return _behind(f"port {port} is held by {holder}, not vLLM", servers, untold, elsewhere, user, status)
     why = blind(untold + elsewhere)
     return Witness(error=f"{why}: no proof there is none ({ADVICE})") if why else Witness()
 
@@ -182,13 +188,14 @@ ADVICE = "name it with --server-user, --server-port, --pid-file or --pid-command
 
 
 def _behind(held: str, servers: dict[int, list[int]], untold: list[str], elsewhere: list[str],
-            user: int | None) -> Witness:
+            user: int | None, status: int | None) -> Witness | None:
     """The URL's port is another program's (a TLS or auth proxy): the vLLM behind it is this host's to witness
     only when it can be told which, the one API server of the server's user (--server-user) in this network
     namespace; it may as well be on another host, or in a container (then it cannot be told)."""
     if user is None:
-        return Witness(error=f"{held}: name the server behind it with --server-port or --server-user (or "
-                             "--pid-file, --pid-command) for this host to witness its start")
+        return None if status not in GATEWAY else Witness(
+            error=f"{held}: name the server behind it with --server-port or --server-user (or --pid-file, "
+                  "--pid-command) for this host to witness its start")
     if untold or (elsewhere and not servers):
         return Witness(error=f"{held}; {blind(untold + elsewhere)}: no proof there is none ({ADVICE})")
     if len(servers) > 1:

@@ -25,8 +25,8 @@ from check_vllm.memory.codec import from_json, to_json
 from check_vllm.memory.statefile import check_file
 from check_vllm.netdata.collector import JobCollector
 from check_vllm.netdata.config import Job
-from check_vllm.observe import RESTRICTED_RETRY
 from check_vllm.server import api, reading
+from check_vllm.server.calls import RESTRICTED_RETRY
 from check_vllm.server.reading import parse
 from tests.rig.loopback import Answer, Loopback, answer
 from vllm_simulator import Simulator

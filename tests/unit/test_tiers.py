@@ -14,7 +14,7 @@ TIERS: dict[str, str | None] = {
     "unit": None, "e2e": None, "hardening": None, "sim": None, "handler": None, "collector": None,
     "real_vllm": "real_vllm", "real_vllm_matrix": "real_vllm_matrix", "monitoring": "monitoring",
     "netdata": "netdata", "package": "package", "fleet": "fleet", "prometheus": "prometheus",
-    "incident": "incident", "soak": "soak", "containers": "containers",
+    "incident": "incident", "soak": "soak", "containers": "containers", "host": "host",
 }
 
 

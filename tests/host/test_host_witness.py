@@ -27,7 +27,7 @@ from tests.rig.ports import free_port
 from tests.rig.scripts import Result, run_script
 
 pytestmark = [
-    pytest.mark.host_view,  # run alone (tox -e py3's second command): these look-alikes blind other tests' host
+    pytest.mark.host,  # run alone (tox -e py3's second command): these look-alikes blind other tests' host
     pytest.mark.skipif(os.geteuid() != 0 or not all(map(shutil.which, ("setpriv", "unshare", "nsenter"))),
                        reason="needs root, setpriv, unshare and nsenter: a second user, a namespace"),
 ]

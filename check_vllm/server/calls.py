@@ -1,0 +1,105 @@
+"""The server's calls of one observation, each with its timeout cut to what the caller's deadline leaves (a
+slow server earns a specific verdict, not the caller's blunt time-out), and which /metrics page to ask for.
+
+Each read asks for the restricted /metrics page (check_vllm.server.api). A server whose restricted page fails
+where the whole page works is read by the whole page from then on (the memory says since when; the run that
+found out re-reads at once and loses nothing), and asked the restricted page again after RESTRICTED_RETRY: a
+server may be upgraded.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import httpx
+
+from check_vllm.contract.values import (
+    ENGINE_DEAD,
+    NO_ANSWER,
+    REJECTED,
+    Failure,
+    Instant,
+    ProbeOutcome,
+    Reading,
+    elapsed,
+    instant,
+)
+from check_vllm.contract.vocab import NO_METRICS, RUN_TIMEOUT, Options
+from check_vllm.server import api
+from check_vllm.server.fetch import Endpoint, FetchError
+
+#: Seconds a server that failed the restricted read is read by its whole page before it is asked again.
+RESTRICTED_RETRY = 3600.0
+
+
+class Calls:
+    """The server's calls, each with its timeout cut to the deadline; which /metrics page to ask for."""
+
+    def __init__(self, client: httpx.Client, endpoint: Endpoint, options: Options, deadline: float,
+                 doing: Callable[[str], None], now: Callable[[], Instant | float], whole_page: Instant | None) -> None:
+        self.client, self.endpoint, self.options, self.deadline = client, endpoint, options, deadline
+        self.doing, self.now = doing, now
+        #: Since when this server is read by its whole page (None: the restricted one); the memory carries it.
+        self.whole_page = whole_page
+
+    def left(self, cap: float | None) -> float:
+        """A request's timeout: its cap, never beyond the deadline (no cap: what the deadline leaves)."""
+        room = self.deadline - time.monotonic()
+        if cap is None:
+            cap = room if math.isfinite(room) else RUN_TIMEOUT
+        return max(min(cap, room), 0.1)
+
+    def _restricted(self) -> bool:
+        """Ask for the restricted page: always, unless it failed here less than RESTRICTED_RETRY ago."""
+        if self.whole_page is None:
+            return True
+        since = elapsed(self.whole_page, instant(self.now()))
+        return since is None or not 0 <= since < RESTRICTED_RETRY  # another boot or a clock step: ask again
+
+    def metrics(self) -> Reading | Failure:
+        """Every read of a run alike: a page that is not vLLM's is followed by /v1/models for liveness."""
+        self.doing("GET /metrics")
+        got: Reading | Failure | None = None
+        asked = self._restricted()
+        if asked:
+            restricted = api.read_restricted(self.client, self.endpoint, self.left(self.options.metrics_timeout))
+            got = restricted.got
+            if isinstance(got, Reading):  # the restricted page works (again); a redirect got us the whole page
+                self.whole_page = None if restricted.as_asked else instant(self.now())
+        if got is None:
+            got = api.read_metrics(self.client, self.endpoint, self.left(self.options.metrics_timeout))
+            if asked and isinstance(got, Reading):  # the URL was at fault, not the server: the whole page from now on
+                self.whole_page = instant(self.now())
+        if isinstance(got, Failure) and got.kind == NO_METRICS:
+            return self.liveness(NO_METRICS, got.detail)
+        return got
+
+    def liveness(self, kind: str, detail: str) -> Failure:
+        self.doing("GET /v1/models")
+        return api.liveness(self.client, self.endpoint, kind, detail, self.left(self.options.metrics_timeout))
+
+    def probe(self, model: str | None) -> ProbeOutcome:
+        if not model:
+            self.doing("GET /v1/models")
+            try:
+                model = api.first_model(self.client, self.endpoint, self.left(self.options.metrics_timeout))
+            except FetchError as err:
+                return ProbeOutcome(REJECTED, 0.0, f"no model to probe: {err.detail}")
+        self.doing(f"the probe (POST /v1/completions, up to {self.options.probe_timeout:g} s)")
+        budget = self.left(self.options.probe_timeout)
+        outcome = api.complete(self.client, self.endpoint, model or "", budget, budget >= self.options.probe_timeout)
+        if outcome.kind == NO_ANSWER and outcome.status is not None and self.engine_dead():
+            return outcome._replace(kind=ENGINE_DEAD, detail=f"{outcome.detail}; GET /health answered 503")
+        return outcome
+
+    def engine_dead(self) -> bool:
+        """Asked after a 5xx only (a time-out is an event loop too busy to tell): a dead engine's words changed
+        in 0.33, its GET /health did not. And only vLLM's own API server proves it: it keeps serving /metrics
+        with a dead engine, while a proxy before a server it cannot reach (Caddy: an empty 503 for everything)
+        answers /health as it answers the rest, so /metrics is read once more, and must answer."""
+        self.doing("GET /health")
+        if not api.engine_dead(self.client, self.endpoint, self.left(None)):
+            return False
+        return isinstance(self.metrics(), Reading)
