@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 from check_vllm import __version__
 from check_vllm.contract.probes import AGENT_PORT, host_port
 from check_vllm.contract.vocab import OPTIONS, SETTINGS
-from check_vllm.nagios.args import Parser, UsageError, check_url, lifecycle_options, number, read_api_key
+from check_vllm.front.args import Parser, UsageError, check_url, lifecycle_options, number, read_api_key
 
 from . import reply
 

@@ -12,8 +12,8 @@ from typing import Any, NoReturn
 
 from check_vllm import __version__
 from check_vllm.contract.vocab import CODE_NAMES, OPTIONS, RUN_TIMEOUT, SETTINGS, UNKNOWN
-from check_vllm.nagios import statusline
-from check_vllm.nagios.args import Deadline, Parser, UsageError, check_url, lifecycle_options, number, read_api_key
+from check_vllm.front import statusline
+from check_vllm.front.args import Deadline, Parser, UsageError, check_url, lifecycle_options, number, read_api_key
 
 PROG = "check_vllm"
 DEFAULT_URL = "http://127.0.0.1:8000"

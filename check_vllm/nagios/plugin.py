@@ -13,10 +13,10 @@ from nagiosplugin.performance import Performance
 from check_vllm.contract.numbers import finite
 from check_vllm.contract.values import Instant, Memory, Verdict
 from check_vllm.contract.vocab import CRITICAL, LOCK_TIMEOUT, OK, PERFDATA, UNKNOWN, WARNING, Options, Settings
+from check_vllm.front import statusline
 from check_vllm.memory import codec as memory
 from check_vllm.memory.marker import load_marker, marker_path
 from check_vllm.memory.statefile import StateBusy, StateError, StateFile, StateRefused, check_file
-from check_vllm.nagios import statusline
 from check_vllm.observe import observe
 from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint
@@ -186,7 +186,7 @@ class VerdictSummary(nagiosplugin.Summary):
     """The verdict word always leads; threshold breaches and state-file notes follow.
 
     Whatever the parts hold, the text comes out as one clean line that leaves the perfdata room
-    (check_vllm.nagios.statusline): this is the last place server-written text passes before stdout.
+    (check_vllm.front.statusline): this is the last place server-written text passes before stdout.
     """
 
     def __init__(self) -> None:

@@ -37,7 +37,7 @@ def answer_run(kind: str, run: object) -> NoReturn:
     import nagiosplugin
 
     from check_vllm.contract.values import Verdict
-    from check_vllm.nagios.args import Deadline
+    from check_vllm.front.args import Deadline
     from check_vllm.nagios.plugin import Run, Server
 
     assert isinstance(run, Run)
@@ -110,7 +110,7 @@ def guard(kind: str, body: Callable[[], object], verbose: bool = False, aside: s
         reply = reply._replace(why=f"{aside}; {reply.why}", in_spite=reply.passed)
     if verbose and err.getvalue():
         sys.stderr.write(err.getvalue())
-    from check_vllm.nagios import statusline
+    from check_vllm.front import statusline
 
     statusline.prepare()  # LC_ALL=C: a model id in another script is escaped, never an error
     print(reply.line())

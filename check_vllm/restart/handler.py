@@ -26,6 +26,8 @@ from typing import Any, NoReturn
 from check_vllm.contract.safe_text import without_userinfo
 from check_vllm.contract.values import Instant, Remembered
 from check_vllm.contract.vocab import Options, Settings
+from check_vllm.front import statusline
+from check_vllm.front.args import UsageError
 from check_vllm.memory import codec as memory
 from check_vllm.memory import statedir
 from check_vllm.memory.marker import marker_json, marker_path, read_marker
@@ -38,8 +40,6 @@ from check_vllm.memory.statefile import (
     default_dir,
     write_json,
 )
-from check_vllm.nagios import statusline
-from check_vllm.nagios.args import UsageError
 from check_vllm.restart.command import run_command
 from check_vllm.restart.history import (
     HISTORY_KEEP,

@@ -6,7 +6,7 @@ import argparse
 
 from check_vllm import __version__
 from check_vllm.contract.vocab import CODE_NAMES, LOCK_TIMEOUT, SETTINGS
-from check_vllm.nagios.args import Parser, UsageError, check_url, lifecycle_options, number
+from check_vllm.front.args import Parser, UsageError, check_url, lifecycle_options, number
 from check_vllm.restart.policy import Event, Policy
 
 PROG = "check_vllm_restart"

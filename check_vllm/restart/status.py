@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from check_vllm.contract.vocab import CODE_NAMES, CRITICAL, OK, UNKNOWN, WARNING
+from check_vllm.front import statusline
 from check_vllm.memory.statefile import StateBusy, StateError, StateRefused, default_dir
-from check_vllm.nagios import statusline
 from check_vllm.restart.history import history_file
 from check_vllm.restart.policy import Event, screen
 from check_vllm.server import clock as clocks

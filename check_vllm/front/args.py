@@ -1,5 +1,5 @@
-"""What the check's and the handler's command lines share: a parser that reports instead of exiting,
-and the number and URL checks. Defaults come from check_vllm.contract.vocab; neither command line restates one.
+"""What the front ends' command lines share (the check's, the handler's, the agent's): a parser that reports
+instead of exiting, the number and URL checks, the server-process options. Defaults come from check_vllm.contract.vocab; neither command line restates one.
 """
 
 from __future__ import annotations
