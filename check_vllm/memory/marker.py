@@ -8,16 +8,10 @@ from pathlib import Path
 
 from check_vllm.contract.values import Instant, seconds_between
 from check_vllm.memory.codec import instant_json, instant_of
-from check_vllm.memory.statefile import (
-    MAX_BYTES,
-    StateError,
-    key_path,
-    legacy_key,
-    open_nofollow,
-    read_regular,
-    target_key,
-)
+from check_vllm.memory.files import MAX_BYTES, read_regular
+from check_vllm.memory.statefile import StateError, open_nofollow
 from check_vllm.memory.strictjson import parse_json
+from check_vllm.memory.target import key_path, legacy_key, target_key
 
 
 def marker_path(state_dir: Path, url: str, legacy: bool = False) -> Path:

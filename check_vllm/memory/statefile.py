@@ -9,23 +9,19 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
-import json
 import os
-import stat
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from check_vllm.contract.vocab import LOCK_TIMEOUT
 from check_vllm.memory import statedir
+from check_vllm.memory.files import MAX_BYTES, read_regular, write_json
 from check_vllm.memory.strictjson import parse_json
-from check_vllm.memory.target import canonical_url, server_key
+from check_vllm.memory.target import earlier_keys, key_path, legacy_key, target_key
 
 FORMAT = "check_vllm-state"
 VERSION = 1
-MAX_BYTES = 1 << 20  # a state file is a few KB; anything bigger is not ours
 
 
 class StateError(Exception):
@@ -51,30 +47,6 @@ def default_dir(env: dict[str, str] | None = None) -> Path:
         return system
     xdg = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "state")
     return Path(xdg) / "check_vllm"
-
-
-def target_key(url: str, mode: str) -> str:
-    return f"{mode} {server_key(url)}"
-
-
-def legacy_key(url: str, mode: str) -> str:
-    """The key before canonical_url (1.x): what files written then are named and tagged by."""
-    return f"{mode} {url.rstrip('/')}"
-
-
-def earlier_keys(url: str, mode: str) -> tuple[str, ...]:
-    """The keys earlier versions named this target's files by, newest first, read until the first save: the
-    canonical URL alone (before a loopback URL's key held its network namespace), then the URL as spelt."""
-    return (f"{mode} {canonical_url(url)}", legacy_key(url, mode))
-
-
-def key_path(state_dir: Path, key: str, suffix: str = ".json") -> Path:
-    """The file of one key in the directory this runner keeps its files in (statedir.home)."""
-    return statedir.home(state_dir) / f"vllm-{file_stem(key)}{suffix}"
-
-
-def file_stem(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 def _mode(proxy: bool) -> str:
@@ -230,70 +202,3 @@ class StateFile:
             raise StateError(f"cannot write state {self.path}: {err.strerror}") from None
         except (ValueError, TypeError, RecursionError) as err:  # NaN or a foreign type in the data: not JSON
             raise StateError(f"cannot write state {self.path}: {err.__class__.__name__}: {str(err)[:80]}") from None
-
-
-def read_regular(fd: int, directory: Path) -> bytes | OSError | str:
-    """Up to MAX_BYTES + 1 bytes of the open file `fd` (closed here), why it is not to be read (not a
-    regular file: a directory, a FIFO, a device planted where the file goes; another user's, planted in
-    `directory`), or the OSError reading it raised."""
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return "is not a regular file"
-        planted = statedir.foreign(st, directory)
-        if planted:
-            return planted
-        with os.fdopen(fd, "rb") as fh:
-            fd = -1
-            return fh.read(MAX_BYTES + 1)
-    except OSError as err:
-        return err
-    finally:
-        if fd >= 0:
-            os.close(fd)
-
-
-#: A temp file of write_json older than this was left by a save that was killed (a save takes milliseconds).
-STALE_TMP = 60.0
-
-
-def _sweep(directory: Path) -> None:
-    """Remove write_json temp files that a save killed mid-way (SIGKILL, power loss) left in `directory`:
-    only regular files of ours (our name pattern, our uid), older than STALE_TMP, so a concurrent save's
-    file is never touched. Best effort: a sweep that fails must not fail the save."""
-    try:
-        entries = list(os.scandir(directory))
-    except OSError:
-        return
-    cutoff = time.time() - STALE_TMP
-    for entry in entries:
-        if not (entry.name.startswith(".tmp-") and entry.name.endswith(".json")):
-            continue
-        try:
-            st = entry.stat(follow_symlinks=False)
-            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_mtime < cutoff:
-                os.unlink(entry.path)
-        except OSError:
-            pass
-
-
-def write_json(path: Path, doc: dict[str, Any]) -> None:
-    """Atomically: a 0600 temp file beside `path`, fsync, rename. A planted symlink is replaced, not followed.
-    Temp files left by an earlier save that was killed are swept first."""
-    body = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
-    _sweep(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-    try:
-        statedir.hand_over(fd, path.parent)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(body)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

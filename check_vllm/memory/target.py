@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
+from pathlib import Path
 from urllib.parse import urlsplit
+
+from check_vllm.memory import statedir
 
 #: Names of this host's loopback interface: a server on it is one server whichever name reaches it.
 LOOPBACK = "loopback"
@@ -69,3 +73,27 @@ def server_key(url: str) -> str:
     key = canonical_url(url)
     ns = network_namespace() if urlsplit(key).hostname == LOOPBACK else None
     return f"{key} {ns}" if ns else key
+
+
+def target_key(url: str, mode: str) -> str:
+    return f"{mode} {server_key(url)}"
+
+
+def legacy_key(url: str, mode: str) -> str:
+    """The key before canonical_url (1.x): what files written then are named and tagged by."""
+    return f"{mode} {url.rstrip('/')}"
+
+
+def earlier_keys(url: str, mode: str) -> tuple[str, ...]:
+    """The keys earlier versions named this target's files by, newest first, read until the first save: the
+    canonical URL alone (before a loopback URL's key held its network namespace), then the URL as spelt."""
+    return (f"{mode} {canonical_url(url)}", legacy_key(url, mode))
+
+
+def key_path(state_dir: Path, key: str, suffix: str = ".json") -> Path:
+    """The file of one key in the directory this runner keeps its files in (statedir.home)."""
+    return statedir.home(state_dir) / f"vllm-{file_stem(key)}{suffix}"
+
+
+def file_stem(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:20]

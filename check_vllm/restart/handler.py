@@ -30,6 +30,7 @@ from check_vllm.front import statusline
 from check_vllm.front.args import UsageError
 from check_vllm.memory import codec as memory
 from check_vllm.memory import statedir
+from check_vllm.memory.files import write_json
 from check_vllm.memory.marker import marker_json, marker_path, read_marker
 from check_vllm.memory.statefile import (
     StateBusy,
@@ -38,7 +39,6 @@ from check_vllm.memory.statefile import (
     StateRefused,
     check_file,
     default_dir,
-    write_json,
 )
 from check_vllm.restart.command import run_command
 from check_vllm.restart.history import (

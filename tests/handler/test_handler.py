@@ -19,13 +19,8 @@ import pytest
 
 from check_vllm.memory.codec import remembered
 from check_vllm.memory.marker import marker_path, read_marker
-from check_vllm.memory.statefile import (
-    StateFile,
-    check_file,
-    legacy_key,
-    state_path,
-    target_key,
-)
+from check_vllm.memory.statefile import StateFile, check_file, state_path
+from check_vllm.memory.target import legacy_key, target_key
 from check_vllm.restart.history import history_path
 from check_vllm.restart.policy import Event, Policy, decide
 from check_vllm.server import clock

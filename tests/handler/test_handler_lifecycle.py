@@ -191,8 +191,8 @@ def test_status_usage_errors_are_unknown_not_critical(tmp_path):
 def test_a_restart_in_progress_reads_as_now_until_the_command_ends(tmp_path):
     """While the restart command runs, the frozen server may still answer /metrics: the check must not
     take those readings as "the restarted server served" and call the stop that follows "down"."""
+    from check_vllm.memory.files import write_json
     from check_vllm.memory.marker import load_marker
-    from check_vllm.memory.statefile import write_json
 
     marker = tmp_path / "marker.json"
     write_json(marker, {"restarted_at": time.time() - 30, "in_progress": True})

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from check_vllm.memory.marker import marker_path
-from check_vllm.memory.statefile import state_path, target_key
+from check_vllm.memory.statefile import state_path
+from check_vllm.memory.target import target_key
 from check_vllm.restart.history import history_path
 from vllm_simulator import Simulator
 

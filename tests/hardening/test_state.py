@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from check_vllm.memory.statefile import state_path, target_key
+from check_vllm.memory.statefile import state_path
+from check_vllm.memory.target import target_key
 from vllm_simulator import Simulator
 
 from .conftest import CRITICAL, FAST, OK, WARNING

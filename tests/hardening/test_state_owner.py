@@ -27,8 +27,9 @@ from pathlib import Path
 import pytest
 
 from check_vllm.contract.values import Instant
+from check_vllm.memory.files import write_json
 from check_vllm.memory.marker import marker_json, marker_path
-from check_vllm.memory.statefile import check_file, write_json
+from check_vllm.memory.statefile import check_file
 from check_vllm.restart.history import history_file
 from tests.rig.ports import free_port
 from tests.rig.scripts import script
