@@ -143,17 +143,21 @@ def shipped(name: str) -> Path:
     return (layout.EXAMPLES if layout.deb() else CONTRIB) / name
 
 
-def restarted_once_by_the_restart_service(counter: Path, lines, status, diag) -> list[str]:
+def restarted_once_by_the_restart_service(counter: Path, lines, status, diag, main_handler_late=None) -> list[str]:
     """The masked-stuck case, the same under Icinga 2 and Nagios 4: wait for the restart, give a second one
     time to follow (it must not: cooldown 30 s), and check that the restart service's call made it, on
-    `stuck`, after its status said due. `lines`/`status`: the handler log and the restart service's outputs."""
+    `stuck`, after its status said due. `lines`/`status`: the handler log and the restart service's outputs.
+    `main_handler_late`: whether the main service's own handler call (made at its state change, before the
+    proof) ran so late on a loaded machine that it found the proof itself (Nagios 4 ran it 6 s late once):
+    then that call made the one restart, rightly, and the restart service had nothing left to do."""
     wait_for("the restart through the restart service", lambda: count_lines(counter) >= 1, 120, diag=diag)
     time.sleep(4)
     assert count_lines(counter) == 1, lines()
     restarted = [ln for ln in lines() if ": restarted: verdict 'stuck'" in ln]
     assert len(restarted) == 1 and " CRITICAL HARD attempt 1:" in restarted[0], "\n".join(lines())
     said = status()
-    assert any(o.startswith("VLLM_RESTART CRITICAL - due: verdict 'stuck'") for o in said), said
+    due = any(o.startswith("VLLM_RESTART CRITICAL - due: verdict 'stuck'") for o in said)
+    assert due or (main_handler_late is not None and main_handler_late()), (said, lines())
     return said
 
 

@@ -370,7 +370,8 @@ def test_a_server_that_freezes_under_a_critical_threshold_is_restarted_by_the_re
     with Timer("nagios4 masked stuck -> restart service"):
         restarted_once_by_the_restart_service(
             s.counter, s.handler_lines, lambda: [o for _, _, o in nagios.alerts("masked-restart")],
-            diag=lambda: nagios.diag() + "\n" + "\n".join(s.handler_lines()[-10:]))
+            diag=lambda: nagios.diag() + "\n" + "\n".join(s.handler_lines()[-10:]),
+            main_handler_late=lambda: bool(nagios.handler_calls("masked")) and not nagios.alerts("masked-restart"))
     main = nagios.alerts("masked")
     words = [o.split(" - ", 1)[1].split(":", 1)[0] if " - " in o else "" for _, _, o in main]
     assert "stuck" not in words[:1] and main[0][0] == "CRITICAL", main  # CRITICAL for the threshold first
