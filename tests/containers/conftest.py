@@ -65,7 +65,9 @@ class World:
         self.measured: dict[str, object] = {}
 
 
-@pytest.fixture(scope="session")
+# module, not session: tests/containers/test_kubelet.py starts its own vLLM under the same heavy lock, after this
+# one's is gone (one real vLLM at a time on 2 cores; the lock is not re-entrant within a process)
+@pytest.fixture(scope="module")
 def world(tmp_path_factory):
     t_all = time.monotonic()
     try:
