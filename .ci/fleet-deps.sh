@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install (once) what the fleet tier (tests/fleet/, tests/prometheus/) starts or runs: HAProxy (the
-# least-connection balancer in front of two simulators), Icinga 2 (a master and an agent), Netdata
-# (a child streaming to a parent) and promtool. Idempotent: each part only says "present" when its
+# least-connection balancer in front of two simulators), Caddy and nginx (same-host reverse proxies in front
+# of vLLM), Icinga 2 (a master and an agent), Netdata (a child streaming to a parent) and promtool. Idempotent: each part only says "present" when its
 # binary is there, and apt-get runs only for what is missing.
 #
 #   .ci/fleet-deps.sh        # needs root (apt-get); exits non-zero when anything is missing after
@@ -26,6 +26,17 @@ else
     haproxy_bin >/dev/null || die "installed haproxy, but no haproxy binary on PATH or in /usr/sbin"
     log "installed: $("$(haproxy_bin)" -v 2>/dev/null | head -1)"
 fi
+
+# Caddy and nginx: the same-host reverse proxies in front of vLLM (tests/fleet/test_proxies.py, issue 38)
+proxies=()
+[ -x /usr/bin/caddy ] || proxies+=(caddy)
+[ -x /usr/sbin/nginx ] || proxies+=(nginx-light)
+if [ ${#proxies[@]} -gt 0 ]; then
+    source "$HERE/apt-install.sh"
+    apt_install fleet-deps "${proxies[@]}" || exit 1
+fi
+[ -x /usr/bin/caddy ] && [ -x /usr/sbin/nginx ] || die "installed caddy and nginx-light, but /usr/bin/caddy or /usr/sbin/nginx is missing"
+log "present: $(/usr/bin/caddy version 2>/dev/null | head -1), $(/usr/sbin/nginx -v 2>&1 | head -1)"
 
 bash "$HERE/monitoring-deps.sh" || die ".ci/monitoring-deps.sh (icinga2) failed"
 bash "$HERE/netdata-deps.sh" || die ".ci/netdata-deps.sh (netdata) failed"

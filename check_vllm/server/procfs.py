@@ -45,6 +45,16 @@ def _listeners(port: int) -> set[str]:
     return inodes
 
 
+def _name(pid: int) -> str:
+    """The program's name as the kernel keeps it (/proc/PID/comm): a command line may be rewritten
+    (`nginx: master process ...`), this is not."""
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
+            return fh.read(64).strip() or "?"
+    except OSError:
+        return "?"
+
+
 def _listener_owner(inodes: set[str], is_vllm: Callable[[Sequence[str]], bool]) -> str:
     """Which program holds one of these listening sockets: "COMM (pid N)", or "" when this user cannot see."""
     wanted = {f"socket:[{i}]" for i in inodes}
@@ -56,8 +66,7 @@ def _listener_owner(inodes: set[str], is_vllm: Callable[[Sequence[str]], bool]) 
         for fd in fds:
             try:
                 if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
-                    argv = cmdline(pid)
-                    return "" if is_vllm(argv) else f"{clean(os.path.basename(argv[0]) if argv else '?', 40)} (pid {pid})"
+                    return "" if is_vllm(cmdline(pid)) else f"{clean(_name(pid), 40)} (pid {pid})"
             except OSError:
                 continue
     return "a process this user cannot see"
