@@ -185,6 +185,8 @@ class Remembered(NamedTuple):
     text: str
     at: float | None
     engines: Mapping[str, str] = _EMPTY
+    #: An idle verdict that asked for a probe no run has made yet: a probing run must not repeat it as its own.
+    unprobed: bool = False
 
 
 class ServerProcess(NamedTuple):

@@ -65,12 +65,12 @@ NO_RATES = Rates()
 
 def finish(memory: Memory, word: str, code: int, text: str, g: Gauges | None, at: Instant, *,
            action: str | None = None, engines: Mapping[str, str] | None = None, stalled: float | None = None,
-           probe: float | None = None, rate_values: Rates = NO_RATES) -> Verdict:
+           probe: float | None = None, rate_values: Rates = NO_RATES, unprobed: bool = False) -> Verdict:
     """The verdict, with itself remembered in the memory it hands on."""
     engines = MappingProxyType(dict(engines or {}))
     return Verdict(
         word=word, code=code, text=text, action=action, engines=engines,
-        memory=memory._replace(last=Remembered(word, code, text, at.wall, engines)),
+        memory=memory._replace(last=Remembered(word, code, text, at.wall, engines, unprobed)),
         running=g.running if g else None, waiting=g.waiting if g else None, kv_cache=g.kv_cache if g else None,
         stalled_seconds=stalled if stalled is not None else (0.0 if g else None),
         probe_seconds=probe, **rate_values._asdict(),
@@ -86,7 +86,7 @@ def keep(memory: Memory, reading: Reading, now: Instant, stalls: Mapping[str, St
 def _idle(memory: Memory, reading: Reading, g: Gauges, now: Instant, words: Mapping[str, str] | None = None,
           rate_values: Rates = NO_RATES) -> Verdict:
     return finish(memory, IDLE, OK, wording.NOT_PROBED, g, now, action=PROBE,
-                  engines=words or {n: IDLE for n in reading.engines}, rate_values=rate_values)
+                  engines=words or {n: IDLE for n in reading.engines}, rate_values=rate_values, unprobed=True)
 
 
 def _pending(memory: Memory, reading: Reading, g: Gauges, now: Instant, rate_values: Rates = NO_RATES) -> Verdict:
@@ -102,7 +102,7 @@ def _pending(memory: Memory, reading: Reading, g: Gauges, now: Instant, rate_val
 
 def unproven_idle(last: Remembered) -> bool:
     """An idle verdict no probe settled: a probing run must not repeat it as its own."""
-    return last.word == IDLE and last.text == wording.NOT_PROBED
+    return last.word == IDLE and last.unprobed
 
 
 def new_process(memory: Memory, reading: Reading, why: str, settings: Settings, now: Instant) -> Verdict:

@@ -125,10 +125,17 @@ def remembered(raw: Any) -> Remembered | None:
     if not isinstance(raw, dict) or not isinstance(raw.get("word"), str):
         return None
     engines = {str(n): str(w) for n, w in _dict(raw.get("engines")).items()}
+    text = str(raw.get("text", ""))
+    unprobed = raw.get("unprobed") is True if "unprobed" in raw else text == _UNPROBED_BEFORE_THE_FLAG
     return Remembered(  # the state of a word is the contract's, never the file's
         word=raw["word"], code=state_of(raw["word"], raw.get("state")),
-        text=str(raw.get("text", "")), at=finite(raw.get("at")), engines=MappingProxyType(engines),
+        text=text, at=finite(raw.get("at")), engines=MappingProxyType(engines), unprobed=unprobed,
     )
+
+
+#: How a state file written before the `unprobed` flag said it (the idle verdict's text then): read once more,
+#: so an upgrade does not judge an unprobed idle as settled.
+_UNPROBED_BEFORE_THE_FLAG = "no work, not probed"
 
 
 def from_json(data: Any) -> Memory:
@@ -203,5 +210,5 @@ def to_json(memory: Memory) -> dict[str, Any]:
     if memory.last is not None:
         last = memory.last
         out["verdict"] = {"word": last.word, "state": last.code, "text": last.text, "at": last.at,
-                          "engines": dict(last.engines)}
+                          "engines": dict(last.engines), "unprobed": last.unprobed}
     return out

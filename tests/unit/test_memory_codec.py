@@ -50,3 +50,21 @@ def test_one_number_rule_for_pages_and_files():
         assert (finite(value) is not None) == usable, value
         m = codec.from_json({"reading": {"at": 1.7e9, "engines": {"0": {"steps": value}}}})
         assert (m.baseline is not None) == usable, value
+
+
+def test_an_unprobed_idle_is_a_flag_in_the_memory_not_a_text_compare():
+    """Issue 39: whether an idle verdict still waits for its probe was read from its wording; rewording it would
+    have changed how older state files are judged. It is a flag now, and a file from before the flag whose text
+    is the old wording reads as unprobed, once."""
+    from check_vllm.contract.values import Remembered
+    from check_vllm.contract.vocab import IDLE, OK
+    from check_vllm.judge.assess import unproven_idle
+
+    flagged = codec.from_json(codec.to_json(Memory(last=Remembered(IDLE, OK, "reworded", 1.0, unprobed=True))))
+    assert flagged.last is not None and flagged.last.unprobed and unproven_idle(flagged.last)
+    settled = codec.from_json(codec.to_json(Memory(last=Remembered(IDLE, OK, "no work, not probed", 1.0))))
+    assert settled.last is not None and not unproven_idle(settled.last)  # the flag decides, not the text
+    before = codec.from_json({"verdict": {"word": IDLE, "state": OK, "text": "no work, not probed", "at": 1.0}})
+    assert before.last is not None and unproven_idle(before.last)
+    other = codec.from_json({"verdict": {"word": IDLE, "state": OK, "text": "idle: probe answered", "at": 1.0}})
+    assert other.last is not None and not unproven_idle(other.last)
