@@ -24,9 +24,16 @@ import threading
 import traceback
 from typing import NamedTuple
 
-#: The console scripts (setup.cfg's entry points) a child can run.
-ENTRY = {"check_vllm": "check_vllm.nagios.cli", "check_vllm_restart": "check_vllm.restart.handler",
-         "check_vllm_agent": "check_vllm.haproxy.cli"}
+def _entry_points() -> dict[str, str]:
+    """The console scripts a child can run, as the installed distribution declares them (setup.cfg's entry
+    points, read back, never restated): script name -> the module whose main() it calls."""
+    from importlib.metadata import distribution
+
+    return {ep.name: ep.module for ep in distribution("check-vllm").entry_points
+            if ep.group == "console_scripts" and ep.attr == "main"}
+
+
+ENTRY = _entry_points()
 #: What a run imports on its way: imported once in the zygote instead of once a run.
 WARM = ("check_vllm.nagios.plugin", "check_vllm.nagios.probe", "check_vllm.server.fetch", "check_vllm.observe",
         "check_vllm.restart.status", "httpx", "nagiosplugin")
