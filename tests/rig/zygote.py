@@ -24,6 +24,7 @@ import threading
 import traceback
 from typing import NamedTuple
 
+
 def _entry_points() -> dict[str, str]:
     """The console scripts a child can run, as the installed distribution declares them (setup.cfg's entry
     points, read back, never restated): script name -> the module whose main() it calls."""
