@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Install (once) what the containers tier (tests/containers/) starts: Debian's docker.io (dockerd, the
 # /usr/bin/docker client, containerd, runc; the tier starts its own dockerd with its own data root),
-# busybox-static (the one binary of the image the tier builds locally: no registry is reachable) and
-# the real vLLM CPU build (.ci/vllm-env.sh). Idempotent: apt-get runs only for what is missing.
+# busybox-static (the one binary of the image the tier builds locally: no registry is reachable),
+# Debian's python3.11 (the python3 of the base image the shipped contrib/docker/Dockerfile is built on,
+# tests/containers/image.py), util-linux's setpriv, unshare and nsenter (the kubelet rig's container and
+# exec probes, tests/containers/kubelet.py) and the real vLLM CPU build (.ci/vllm-env.sh). Idempotent:
+# apt-get runs only for what is missing.
 #
 #   .ci/containers-deps.sh      # needs root (apt-get); exits non-zero when anything is missing after
 #
@@ -21,15 +24,22 @@ have_docker() { [ -x /usr/sbin/dockerd ] && [ -x /usr/bin/docker ] && command -v
 # static: the image holds nothing else (ldd fails on a static binary); its sh is what the image's /bin/sh runs
 have_busybox() { [ -x /bin/busybox ] && /bin/busybox sh -c 'exit 0' && ! ldd /bin/busybox >/dev/null 2>&1; }
 
+have_python() { [ -x /usr/bin/python3.11 ] && command -v ldd >/dev/null; }
+have_util_linux() { command -v setpriv >/dev/null && command -v unshare >/dev/null && command -v nsenter >/dev/null; }
+
 missing=()
 have_docker || missing+=(docker.io)
 have_busybox || missing+=(busybox-static)
+have_python || missing+=(python3.11-minimal python3.11 libc-bin)
+have_util_linux || missing+=(util-linux)
 if [ ${#missing[@]} -gt 0 ]; then
     source "$HERE/apt-install.sh"
     apt_install containers-deps "${missing[@]}" || exit 1
 fi
 have_docker || die "installed docker.io, but /usr/sbin/dockerd, /usr/bin/docker, containerd or runc is missing"
 have_busybox || die "installed busybox-static, but /bin/busybox is not a static busybox with sh"
+have_python || die "installed python3.11, but /usr/bin/python3.11 (or ldd) is missing"
+have_util_linux || die "installed util-linux, but setpriv, unshare or nsenter is missing"
 log "present: $(/usr/sbin/dockerd --version), $(/bin/busybox | head -1)"
 
 # vllm-env.sh prints the venv path on stdout (its last line): keep it off ours, tox shows stderr.
