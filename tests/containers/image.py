@@ -156,16 +156,3 @@ def build_shipped_image(d: Dockerd, context: Path, base: str) -> tuple[str | Non
               "-t", SHIPPED_IMAGE, str(context), timeout=600, check=False)
     log = r.stdout + r.stderr + (f"\n(docker build exit {r.returncode})" if r.returncode else "")
     return (SHIPPED_IMAGE if r.returncode == 0 else None), log
-
-
-#: The one known way the shipped Dockerfile fails to build (reported, product side): its RUN step ends its `&&` chain
-#: with `check_vllm --version`, which prints the version and exits 3 (UNKNOWN), as the plugin API has --help and
-#: --version do (check_vllm/nagios/cli.py), so the RUN step fails and no image is made.
-VERSION_EXITS_3 = re.compile(r"check_vllm \d\S*\s*\nThe command '/bin/sh -c [^\n]*check_vllm --version[^\n]*' returned a "
-                             r"non-zero code: 3\s*$", re.M)
-
-
-def known_build_failure(log: str) -> str | None:
-    """The known product fault when the build's output shows exactly it, else None."""
-    m = VERSION_EXITS_3.search(log)
-    return m.group(0).strip() if m else None
