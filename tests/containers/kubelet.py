@@ -146,19 +146,33 @@ def describe(path: Path) -> str:
 
 # --------------------------------------------------------------------------- the container
 
-#: the mount namespace's set-up, run as root before the container's user takes over: $1 = pairs "HOSTDIR MOUNTPATH".
+#: the mount namespace's set-up, run as root before the container's user takes over. Its arguments: the pairs
+#: "HOSTDIR MOUNTPATH" of the emptyDirs, `--`, the host paths the image would hold that lie under a mountPath (the
+#: venvs and the model, under /tmp in a CI clone: set aside before the emptyDir covers them, then put back in it,
+#: as an image's own files would be there), `--`, the command. No path holds a space (the rig's own and tox's).
 MOUNT_SH = r"""
 set -e
-while [ "$1" != "--" ]; do
-    src=$1 dst=$2; shift 2
-    if [ ! -d "$dst" ]; then
-        parent=$(dirname "$dst")
-        mount -t tmpfs -o mode=0755,size=1m kubelet-rig "$parent"
-        mkdir "$dst"
-    fi
-    mount --bind "$src" "$dst"
-done
-shift
+volumes= keeps=
+while [ "$1" != "--" ]; do volumes="$volumes $1"; shift; done; shift
+while [ "$1" != "--" ]; do keeps="$keeps $1"; shift; done; shift
+bind_volumes() {
+    while [ $# -gt 0 ]; do
+        src=$1 dst=$2; shift 2
+        if [ ! -d "$dst" ]; then
+            parent=$(dirname "$dst")
+            mount -t tmpfs -o mode=0755,size=1m kubelet-rig "$parent"
+            mkdir "$dst"
+        fi
+        mount --bind "$src" "$dst"
+    done
+}
+if [ -n "$keeps" ]; then
+    [ -d /mnt ] || mkdir /mnt
+    mount -t tmpfs -o mode=0700,size=1m kubelet-keep /mnt
+    i=0; for k in $keeps; do mkdir /mnt/$i; mount --bind "$k" /mnt/$i; i=$((i+1)); done
+fi
+bind_volumes $volumes
+i=0; for k in $keeps; do mkdir -p "$k"; mount --bind /mnt/$i "$k"; i=$((i+1)); done
 exec "$@"
 """
 AUTOGROUP_SH = 'echo 19 > /proc/self/autogroup && exec "$@"'
@@ -236,10 +250,26 @@ class Kubelet:
         return {"PATH": path, "VIRTUAL_ENV": str(self.venv), **SERVER_ENV, **self.spec.env}
 
     def _mount_args(self) -> list[str]:
-        args = []
-        for name, host in self.volumes.items():
+        args = []  # the deepest mountPath first: a shallow one (/tmp) may cover another's host directory
+        for name, host in sorted(self.volumes.items(), key=lambda v: -len(Path(self.spec.mounts[v[0]]).parts)):
             args += [str(host), self.spec.mounts[name]]
-        return args
+        return [*args, "--", *map(str, self._kept())]
+
+    def _kept(self) -> list[Path]:
+        """What the container runs from the host (the vLLM venv and its Python, the check's, the model) that a
+        mountPath would cover: /tmp holds them all when CI's clone and HOME are under /tmp."""
+        from .rig import editable_source, python_roots
+
+        prefix = self.check_bin.parent.parent
+        needed = {Path(os.path.realpath(p)) for p in (*python_roots(self.venv), *python_roots(prefix), self.model,
+                                                      *filter(None, [editable_source(prefix)]))}
+        covered = [Path(self.spec.mounts[name]) for name in self.volumes]
+        under = sorted((p for p in needed if any(m in p.parents for m in covered)), key=lambda p: len(p.parts))
+        kept: list[Path] = []
+        for p in under:
+            if not any(k == p or k in p.parents for k in kept):
+                kept.append(p)
+        return kept
 
     def server_argv(self) -> list[str]:
         return [str(self.venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
