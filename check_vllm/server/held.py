@@ -11,10 +11,9 @@ import httpx
 
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import NO_PAUSE_ROUTE, PAUSE_UNKNOWN, Checkpoint, EngineFault
+from check_vllm.server.api import HEALTH_TIMEOUT  # vLLM answers both from state its API server holds
 from check_vllm.server.fetch import Endpoint, FetchError, request
 
-#: Seconds either may take: vLLM answers both from state its API server holds (a cached dict, one utility call).
-TIMEOUT = 2.0
 #: vLLM's CheckpointState values (vllm/v1/engine/__init__.py, 0.34).
 CHECKPOINT_STATES = ("running", "preparing", "prepared", "restoring", "failed")
 #: The fault-tolerance status route: 0.34 (vllm/entrypoints/serve/fault_tolerance/api_router.py get_status), then
@@ -28,7 +27,7 @@ def checkpoint(client: httpx.Client, endpoint: Endpoint, timeout: float) -> Chec
     """GET /checkpoint/status (vLLM >= 0.34, with --enable-sleep-mode; vllm/entrypoints/serve/checkpoint/
     api_router.py checkpoint_status): 200 prepared, 500 failed, 503 otherwise, each with {"state", "error"}."""
     try:
-        resp = request(client, endpoint, "GET", "/checkpoint/status", min(timeout, TIMEOUT), auth=True)
+        resp = request(client, endpoint, "GET", "/checkpoint/status", min(timeout, HEALTH_TIMEOUT), auth=True)
     except FetchError:
         return Checkpoint(PAUSE_UNKNOWN)
     if resp.status == 404:
@@ -46,7 +45,7 @@ def faults(client: httpx.Client, endpoint: Endpoint, timeout: float) -> tuple[En
     vllm/v1/engine/core_client.py get_status); NO_PAUSE_ROUTE when neither route is served."""
     for path in FAULT_ROUTES:
         try:
-            resp = request(client, endpoint, "GET", path, min(timeout, TIMEOUT), auth=True)
+            resp = request(client, endpoint, "GET", path, min(timeout, HEALTH_TIMEOUT), auth=True)
         except FetchError:
             return PAUSE_UNKNOWN
         if resp.status == 404:
