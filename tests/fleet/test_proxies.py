@@ -26,6 +26,7 @@ import pytest
 from tests.rig.loading_vllm import Loaders, loaders
 from tests.rig.ports import free_port
 from tests.rig.scripts import run_check
+from tests.rig.waiting import wait_for
 from vllm_simulator import Simulator
 
 from .common import CRITICAL, OK, WARNING
@@ -36,15 +37,14 @@ FAST = ("--min-gap", "0.3", "--reread-delay", "0.4")
 
 
 def _listening(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+    def accepts() -> bool:
         try:
             socket.create_connection(("127.0.0.1", port), 0.3).close()
-            return
+            return True
         except OSError:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {timeout:g} s") from None
-            time.sleep(0.1)
+            return False
+
+    wait_for(f"a listener on 127.0.0.1:{port}", accepts, timeout, 0.1)
 
 
 def _binary(path: str) -> str:
