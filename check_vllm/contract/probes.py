@@ -34,6 +34,11 @@ KINDS = (STARTUP, READINESS, LIVENESS)
 OPTION = "--probe"
 #: The option naming a running check_vllm_agent --probe-listen to ask first (check_vllm.nagios.ask).
 AGENT_OPTION = "--agent"
+#: The option letting a probe pass on a passing verdict another run saved moments ago (nagios.probe.answer_saved).
+REUSE_OPTION = "--reuse-verdict"
+#: Its bound, seconds: a freeze is found by the first reading after the saved verdict is this old, so it delays a
+#: proof by at most this much; a probe period is usually 10 s.
+REUSE_MAX = 30.0
 #: The port of the agent's HTTP probes (--probe-listen, --agent) when only a host is given.
 AGENT_PORT = 8081
 #: The label of the line when --probe came with a kind we do not know (argparse will refuse it).
@@ -138,6 +143,19 @@ RULES: Mapping[str, Callable[[Seen], Answer]] = MappingProxyType(
 def answer(kind: str, seen: Seen) -> Answer:
     """The probe's answer to one run of the check."""
     return RULES[kind](seen)
+
+
+def reused(kind: str, seen: Seen, age: float, within: float) -> Answer | None:
+    """The answer a saved verdict `age` seconds old gives, when it may stand for a reading of this run: only a
+    pass (a fail, which restarts the server or takes it out of its Service, is read afresh), never for startup
+    (a verdict saved before a container restart is of the process before), and only within `within` seconds.
+    So liveness and readiness every period share one reading between them."""
+    if kind == STARTUP or not seen.word or not 0 <= age <= within:
+        return None
+    reply = answer(kind, seen)
+    if not reply.passed:
+        return None
+    return reply._replace(why=f"{reply.why} (reused: the verdict of {age:.0f} s ago)")
 
 
 def path(kind: str) -> str:

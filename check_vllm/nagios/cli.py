@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from check_vllm import __version__
+from check_vllm.contract.probes import REUSE_MAX, REUSE_OPTION
 from check_vllm.contract.vocab import CODE_NAMES, OPTIONS, RUN_TIMEOUT, SETTINGS, UNKNOWN
 from check_vllm.front import statusline
 from check_vllm.front.args import Deadline, Parser, UsageError, check_url, lifecycle_options, number, read_api_key
@@ -103,11 +104,15 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument(AGENT_OPTION, metavar="HOST:PORT", help="with --probe: ask the check_vllm_agent --probe-listen "
                    "at HOST:PORT first (one loopback request, no judgement here); when it gives no answer, judge "
                    "this run as without it and say so")
+    o.add_argument(REUSE_OPTION, type=number(float), default=0.0, metavar="S",
+                   help="with --probe liveness or readiness: pass on a passing verdict another run saved at most S "
+                        f"seconds ago, without reading the server (so the two share one reading a period); a fail "
+                        f"is always read afresh; 0 to {REUSE_MAX:g} (default: %(default)g: every probe reads)")
     return p
 
 
 def _validate(args: argparse.Namespace) -> None:
-    check_url(args.url)
+    """The checks of numbers alone (no httpx, no nagiosplugin: a reused verdict needs neither, see _check)."""
     if args.stuck_readings < 1:
         raise UsageError("--stuck-readings must be at least 1")
     if args.timeout < 2:
@@ -121,11 +126,18 @@ def _validate(args: argparse.Namespace) -> None:
                      if args.max_age == SETTINGS.max_age else
                      f"--max-age {args.max_age:g} must be longer than {option} {value:g}")
             raise UsageError(f"{which}: a reading older than --max-age is no baseline")
-    from nagiosplugin import Range
+    if not 0 <= args.reuse_verdict <= REUSE_MAX:
+        raise UsageError(f"{REUSE_OPTION} must be from 0 to {REUSE_MAX:g} seconds")
 
+
+def _validate_texts(args: argparse.Namespace) -> None:
+    """The URL as httpx parses it, the ranges as nagiosplugin does (each imported only for this)."""
+    check_url(args.url)
     for opt in ("waiting_warning", "waiting_critical", "kv_warning", "kv_critical"):
         spec = getattr(args, opt)
         if spec is not None:
+            from nagiosplugin import Range
+
             try:
                 Range(spec)
             except ValueError as err:
@@ -190,11 +202,6 @@ def _check(argv: list[str] | None = None) -> NoReturn:
     except SystemExit:
         sys.exit(UNKNOWN)  # --help and --version printed; the plugin API wants UNKNOWN for both
 
-    from check_vllm.contract.vocab import LOCK_TIMEOUT, Options, Settings
-    from check_vllm.memory.statefile import default_dir
-    from check_vllm.nagios.plugin import Run, build
-    from check_vllm.server.fetch import Endpoint
-
     waiting_for = ["start-up"]
 
     def on_alarm(signum: int, frame: Any) -> None:
@@ -203,28 +210,20 @@ def _check(argv: list[str] | None = None) -> NoReturn:
     signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, max(args.timeout - (time.monotonic() - started), 0.1))
     try:
-        waiting_for[0] = "the API key file" if args.api_key_file else "start-up"
-        api_key = read_api_key(args.api_key_file)  # inside the alarm: a FIFO or a hung mount must not block forever
-        if args.ca_file:
-            waiting_for[0] = "the CA file"
-            _check_ca_file(args.ca_file)
-        waiting_for[0] = "start-up"
-        run = Run(
-            endpoint=Endpoint(args.url, api_key=api_key, ca_file=args.ca_file, insecure=args.insecure),
-            settings=Settings(stuck_readings=args.stuck_readings, stuck_seconds=args.stuck_seconds,
-                              min_gap=args.min_gap, max_age=args.max_age,
-                              start_grace=args.start_grace, stop_grace=args.stop_grace,
-                              pause_grace=args.pause_grace, recovery_window=args.recovery_window),
-            options=Options(proxy=args.proxy, probe=not args.no_probe, model=args.model,
-                            probe_timeout=args.probe_timeout, reread_delay=args.reread_delay,
-                            pid_file=args.pid_file, pid_command=args.pid_command,
-                            server_port=args.server_port, server_user=args.server_user),
-            state_dir=Path(args.state_dir) if args.state_dir else default_dir(),
-            # leave a second for the state file and the output, so our own verdicts beat the alarm
-            deadline=started + args.timeout - 1.0,
-            lock_timeout=min(LOCK_TIMEOUT, args.timeout / 3),
-            doing=lambda what: waiting_for.__setitem__(0, what),
-        )
+        from check_vllm.memory.statefile import default_dir
+
+        state_dir = Path(args.state_dir) if args.state_dir else default_dir()
+        if args.probe and args.reuse_verdict:  # before httpx is imported: a reused verdict costs a start and a file
+            from check_vllm.nagios.probe import Answered, answer_saved
+
+            waiting_for[0] = "the saved verdict"
+            reply = answer_saved(args.probe, state_dir, args.url, args.proxy, args.reuse_verdict)
+            if reply is not None:
+                raise Answered(reply)
+        _validate_texts(args)
+        from check_vllm.nagios.plugin import build
+
+        run = _run(args, state_dir, started, lambda what: waiting_for.__setitem__(0, what))
         if args.probe:
             from check_vllm.nagios.probe import answer_run
 
@@ -243,6 +242,36 @@ def _check(argv: list[str] | None = None) -> NoReturn:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
     sys.exit(UNKNOWN)
+
+
+def _run(args: argparse.Namespace, state_dir: Path, started: float, doing: Any) -> Any:
+    """The Run the command line decides; the API key and CA file are read here, under the run's alarm."""
+    from check_vllm.contract.vocab import LOCK_TIMEOUT, Options, Settings
+    from check_vllm.nagios.plugin import Run
+    from check_vllm.server.fetch import Endpoint
+
+    doing("the API key file" if args.api_key_file else "start-up")
+    api_key = read_api_key(args.api_key_file)  # inside the alarm: a FIFO or a hung mount must not block forever
+    if args.ca_file:
+        doing("the CA file")
+        _check_ca_file(args.ca_file)
+    doing("start-up")
+    return Run(
+        endpoint=Endpoint(args.url, api_key=api_key, ca_file=args.ca_file, insecure=args.insecure),
+        settings=Settings(stuck_readings=args.stuck_readings, stuck_seconds=args.stuck_seconds,
+                          min_gap=args.min_gap, max_age=args.max_age,
+                          start_grace=args.start_grace, stop_grace=args.stop_grace,
+                          pause_grace=args.pause_grace, recovery_window=args.recovery_window),
+        options=Options(proxy=args.proxy, probe=not args.no_probe, model=args.model,
+                        probe_timeout=args.probe_timeout, reread_delay=args.reread_delay,
+                        pid_file=args.pid_file, pid_command=args.pid_command,
+                        server_port=args.server_port, server_user=args.server_user),
+        state_dir=state_dir,
+        # leave a second for the state file and the output, so our own verdicts beat the alarm
+        deadline=started + args.timeout - 1.0,
+        lock_timeout=min(LOCK_TIMEOUT, args.timeout / 3),
+        doing=doing,
+    )
 
 
 if __name__ == "__main__":

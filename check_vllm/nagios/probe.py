@@ -12,6 +12,7 @@ import contextlib
 import io
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from check_vllm.contract import probes
@@ -55,6 +56,31 @@ def answer_run(kind: str, run: object) -> NoReturn:
     seen = Seen(verdict.word, verdict.code, verdict.summary, fault=server.unsaved,
                 reading=bool(verdict.engines), served_before=server.served_before)
     raise Answered(answer(kind, seen))
+
+
+def answer_saved(kind: str, state_dir: Path, url: str, proxy: bool, within: float) -> Answer | None:
+    """--reuse-verdict: the answer the verdict another run saved gives, when it is a pass at most `within`
+    seconds old (probes.reused), read before httpx is imported: the cost of such a run is the interpreter's
+    start and one small file. None: this run reads the server. A state directory that is refused is read not
+    at all, and a file that cannot be used is no verdict."""
+    import time
+
+    from check_vllm.memory import codec, statedir
+    from check_vllm.memory.statefile import check_file
+
+    if within <= 0 or kind not in KINDS:
+        return None
+    try:
+        store = check_file(state_dir, url, proxy)
+        statedir.vet(store.path.parent)
+    except (statedir.StateDirRefused, OSError, ValueError):  # ValueError: a URL no run could have judged
+        return None
+    saved, _ = store.load()  # saves are atomic renames: no lock needed to read one whole
+    last = codec.from_json(saved).last
+    if last is None or last.code is None or last.at is None:
+        return None
+    seen = Seen(last.word, last.code, f"{last.word}: {last.text}" if last.text else last.word)
+    return probes.reused(kind, seen, time.time() - last.at, within)
 
 
 def _served_before(run: object) -> bool:

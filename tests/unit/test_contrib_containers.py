@@ -79,6 +79,10 @@ def test_the_deployment_runs_the_three_probes_on_an_empty_dir_read_only_and_not_
     # the three share one state file: every option but the kind is the same
     rest = {tuple(c[f"{k}Probe"]["exec"]["command"][3:]) for k in KINDS}
     assert len(rest) == 1, rest
+    # liveness and readiness share one reading a period: each reuses the other's verdict of at most half a period
+    argv = c["livenessProbe"]["exec"]["command"]
+    window = float(argv[argv.index("--reuse-verdict") + 1])
+    assert 0 < window <= min(c[f"{k}Probe"]["periodSeconds"] for k in ("liveness", "readiness")) / 2
 
 
 def commands() -> list[tuple[str, list[str]]]:

@@ -127,3 +127,29 @@ def test_the_verbose_pre_scan(argv, verbose):
     from check_vllm.nagios.probe import verbose_in
 
     assert verbose_in(argv) is verbose
+
+
+# --reuse-verdict (probes.reused): a saved verdict stands for a reading only as a pass, never for startup
+
+
+@pytest.mark.parametrize(("word", "state"), EVERY)
+@pytest.mark.parametrize("kind", [LIVENESS, READINESS])
+def test_a_saved_verdict_is_reused_exactly_where_it_passes(kind, word, state):
+    s = seen(word, state)
+    reply = probes.reused(kind, s, 3.0, 5.0)
+    if answer(kind, s).passed:
+        assert reply is not None and reply.passed and reply.why.endswith("(reused: the verdict of 3 s ago)"), reply
+        assert reply.in_spite == answer(kind, s).in_spite
+    else:
+        assert reply is None, "a fail restarts the server or takes it out: it is read afresh"
+
+
+@pytest.mark.parametrize("age", [-1.0, 5.01, 60.0])
+def test_a_verdict_from_the_future_or_older_than_allowed_is_read_afresh(age):
+    assert probes.reused(LIVENESS, seen(vocab.BUSY, OK), age, 5.0) is None
+
+
+def test_startup_never_reuses_a_verdict_it_may_be_of_the_process_before():
+    assert probes.reused(STARTUP, seen(vocab.BUSY, OK), 0.0, 5.0) is None
+    assert probes.reused(LIVENESS, seen(vocab.BUSY, OK), 0.0, 0.0) is not None  # 0 s old, within 0 s
+    assert probes.reused(LIVENESS, Seen(), 0.0, 5.0) is None  # no verdict
