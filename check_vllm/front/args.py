@@ -1,5 +1,5 @@
 """What the front ends' command lines share (the check's, the handler's, the agent's): a parser that reports
-instead of exiting, the number and URL checks, the server-process options. Defaults come from check_vllm.contract.vocab; neither command line restates one.
+instead of exiting, the number and URL checks, the API key. The options themselves are rows of check_vllm.front.option_table.
 """
 
 from __future__ import annotations
@@ -97,27 +97,3 @@ def read_api_key(path: str | None) -> str | None:
     if problem:
         raise UsageError(f"the API key in {source} cannot be sent: {problem}")
     return key or None
-
-
-def lifecycle_options(parser: argparse.ArgumentParser, settings: Any) -> None:
-    """The server's process and its lifecycle, one declaration for the check, the handler and the agent: each must
-    judge a start or a stop alike (`settings`: the contract's Settings, its defaults)."""
-    h = parser.add_argument_group("server process (on the vLLM host; default: the vLLM API server process whose "
-                                  "command line, or --config file, serves the URL's port, when the URL's host is "
-                                  "this host)")
-    h.add_argument("--pid-file", metavar="FILE", help="the server's pid file, where the host cannot tell (a wrapper, "
-                   "a container, a proxy in front, /proc mounted hidepid)")
-    h.add_argument("--pid-command", metavar="CMD", help="a command that prints the server's pid, e.g. "
-                   "'supervisorctl pid vllm' or 'systemctl show -p MainPID --value vllm'")
-    h.add_argument("--server-port", type=number(int, 1), metavar="PORT", help="the port vLLM listens on when the "
-                   "URL's port is a proxy's on this host (nginx for TLS or auth): its process is the witness")
-    h.add_argument("--server-user", metavar="USER", help="the user vLLM runs as: only this user's processes, and "
-                   "their --config files, are believed (any user's otherwise: another local user could then "
-                   "make the host unable to tell)")
-    h.add_argument("--start-grace", type=number(float), default=settings.start_grace, metavar="S",
-                   help="a server that is not serving yet while its process is younger than S seconds (seen "
-                        "from another host: S seconds after check_vllm_restart restarted it) is starting "
-                        "(WARNING), not down (default: %(default)g)")
-    h.add_argument("--stop-grace", type=number(float), default=settings.stop_grace, metavar="S",
-                   help="a server whose process served and still lives but refuses connections is stopping "
-                        "(WARNING: a graceful stop, a restart) for S seconds, then down (default: %(default)g)")

@@ -13,18 +13,17 @@ from typing import Any, NoReturn
 
 from check_vllm import __version__
 from check_vllm.contract.probes import AGENT_PORT, host_port
-from check_vllm.contract.vocab import OPTIONS, SETTINGS
-from check_vllm.front.args import Parser, UsageError, check_url, lifecycle_options, number, read_api_key
+from check_vllm.contract.vocab import CONNECT_TIMEOUT, SETTINGS
+from check_vllm.front import option_table
+from check_vllm.front.args import Parser, UsageError, check_url, number, read_api_key
+from check_vllm.front.option_table import AGENT
 
 from . import reply
 
-PROG = "check_vllm_agent"
-DEFAULT_URL = "http://127.0.0.1:8000"
+PROG = AGENT
 DEFAULT_LISTEN = "127.0.0.1:5555"
 #: HAProxy's own agent-inter default is 2 s: one reading per HAProxy connection, however many balancers.
 DEFAULT_INTERVAL = 2.0
-DEFAULT_PROBE_EVERY = 60.0
-DEFAULT_TIMEOUT = 5.0
 
 
 def epilog() -> str:
@@ -43,10 +42,7 @@ def parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, description="Answer HAProxy's agent-check for a vLLM backend: drain at a first sign, "
                "down only on proof.", epilog=epilog(),
                formatter_class=argparse.RawDescriptionHelpFormatter)
-    s = p.add_argument_group("backend")
-    s.add_argument("-u", "--url", default=DEFAULT_URL, help="the vLLM server beside this agent (default: %(default)s)")
-    s.add_argument("--api-key-file", metavar="FILE", help="file holding the API key on its first line "
-                   "(else $VLLM_API_KEY)")
+    option_table.add(p.add_argument_group("backend"), AGENT, option_table.SERVER)
     a = p.add_argument_group("agent")
     a.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                    help="address for HAProxy's agent-port ([::1]:PORT for IPv6; default: %(default)s)")
@@ -59,21 +55,10 @@ def parser() -> argparse.ArgumentParser:
                         "pass, 503 fail) from the same verdicts, as `check_vllm --probe` would (docs/probes.md)")
     a.add_argument("--interval", type=number(float, 0.5), default=DEFAULT_INTERVAL, metavar="S",
                    help="seconds between two readings of /metrics; about HAProxy's agent-inter (default: %(default)g)")
-    a.add_argument("--timeout", type=number(float, 0.1), default=DEFAULT_TIMEOUT, metavar="S",
-                   help="per request to the backend; longer is unresponsive (default: %(default)g)")
-    d = p.add_argument_group("decision (the check's)")
-    d.add_argument("--stuck-readings", type=number(int, 1), default=SETTINGS.stuck_readings, metavar="N",
-                   help="comparisons without progress before stuck (default: %(default)s)")
-    d.add_argument("--stuck-seconds", type=number(float), default=SETTINGS.stuck_seconds, metavar="S",
-                   help="and seconds without progress before stuck (default: %(default)g)")
-    lifecycle_options(p, SETTINGS)
-    pr = p.add_argument_group("idle probe")
-    pr.add_argument("--probe-every", type=number(float, 1), default=DEFAULT_PROBE_EVERY, metavar="S",
-                    help="at most one 1-token probe per S seconds, only when idle (default: %(default)g)")
-    pr.add_argument("--probe-timeout", type=number(float, 0.1), default=OPTIONS.probe_timeout, metavar="S",
-                    help="seconds the probe may take (default: %(default)g)")
-    pr.add_argument("--no-probe", action="store_true", help="never send a completion; idle is judged on /metrics")
-    pr.add_argument("--model", help="model to probe (default: the model_name in /metrics)")
+    option_table.add(a, AGENT, option_table.READING)
+    option_table.add(p.add_argument_group("decision (the check's)"), AGENT, option_table.DECISION)
+    option_table.add(p.add_argument_group(option_table.PROCESS_TITLE), AGENT, option_table.PROCESS)
+    option_table.add(p.add_argument_group(option_table.IDLE_PROBE), AGENT, option_table.IDLE_PROBE)
     p.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
     return p
 
@@ -92,7 +77,6 @@ def _fail(code: int, message: str) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    from check_vllm.contract.vocab import Options, Settings
     from check_vllm.server.fetch import Endpoint
 
     from .listen import AgentServer, parse_allow, parse_listen
@@ -107,14 +91,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
         probe_address = host_port(args.probe_listen, AGENT_PORT, "--probe-listen") if args.probe_listen else None
     except (UsageError, ValueError) as err:
         _fail(2, f"usage: {err} (see --help)")
-    endpoint = Endpoint(args.url, api_key=api_key, connect_timeout=min(args.timeout, 5.0))
-    settings = Settings(stuck_readings=args.stuck_readings, stuck_seconds=args.stuck_seconds,
-                        min_gap=min(SETTINGS.min_gap, 0.5 * args.interval), start_grace=args.start_grace,
-                        stop_grace=args.stop_grace)
-    options = Options(probe=not args.no_probe, model=args.model, probe_timeout=args.probe_timeout,
-                      metrics_timeout=args.timeout, reread=False, pid_file=args.pid_file, pid_command=args.pid_command,
-                      server_port=args.server_port, server_user=args.server_user)
-    watch = Watch(endpoint, settings, options, args.interval, args.probe_every, say=say)
+    endpoint = Endpoint(args.url, api_key=api_key, connect_timeout=min(args.timeout, CONNECT_TIMEOUT))
+    settings = option_table.settings_from(args, AGENT, min_gap=min(SETTINGS.min_gap, 0.5 * args.interval))
+    observation = option_table.options_from(args, AGENT, reread=False)
+    watch = Watch(endpoint, settings, observation, args.interval, args.probe_every, say=say)
     try:
         server = AgentServer(address, lambda: watch.answer().line(), allow)
     except OSError as err:

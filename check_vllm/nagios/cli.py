@@ -12,12 +12,12 @@ from typing import Any, NoReturn
 
 from check_vllm import __version__
 from check_vllm.contract.probes import REUSE_MAX, REUSE_OPTION
-from check_vllm.contract.vocab import CODE_NAMES, OPTIONS, RUN_TIMEOUT, SETTINGS, UNKNOWN
-from check_vllm.front import statusline
-from check_vllm.front.args import Deadline, Parser, UsageError, check_url, lifecycle_options, number, read_api_key
+from check_vllm.contract.vocab import CODE_NAMES, RUN_TIMEOUT, SETTINGS, UNKNOWN
+from check_vllm.front import option_table, statusline
+from check_vllm.front.args import Deadline, Parser, UsageError, check_url, number, read_api_key
+from check_vllm.front.option_table import CHECK
 
-PROG = "check_vllm"
-DEFAULT_URL = "http://127.0.0.1:8000"
+PROG = CHECK
 
 def _wrapped(text: str, indent: int, width: int = 104) -> list[str]:
     import textwrap
@@ -47,41 +47,14 @@ def epilog() -> str:
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, description="Tell a busy vLLM server from a stuck one, without using its request slots.",
                 epilog=epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    c = p.add_argument_group("server")
-    c.add_argument("-u", "--url", default=DEFAULT_URL, help="vLLM server base URL (default: %(default)s)")
-    c.add_argument("--proxy", action="store_true",
-                   help="the URL is a load balancer: read only /v1/models (each /metrics read could hit another backend)")
-    c.add_argument("--api-key-file", metavar="FILE", help="file holding the API key on its first line (else $VLLM_API_KEY); a leading UTF-8 "
-                        "BOM and surrounding white space are ignored")
+    c = p.add_argument_group(option_table.SERVER)
+    option_table.add(c, CHECK, option_table.SERVER)
     c.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify an https URL")
     c.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
-    d = p.add_argument_group("decision")
-    d.add_argument("--stuck-readings", type=number(int), default=SETTINGS.stuck_readings, metavar="N",
-                   help="comparisons without progress before stuck (default: %(default)s)")
-    d.add_argument("--stuck-seconds", type=number(float), default=SETTINGS.stuck_seconds, metavar="S",
-                   help="and wall-clock seconds without progress before stuck; 0: readings alone decide; "
-                        "less than --max-age (default: %(default)g)")
-    d.add_argument("--min-gap", type=number(float), default=SETTINGS.min_gap, metavar="S",
-                   help="runs closer than this repeat the last verdict instead of comparing; less than "
-                        "--max-age (default: %(default)g)")
-    d.add_argument("--reread-delay", type=number(float), default=OPTIONS.reread_delay, metavar="S",
-                   help="with no previous reading and work present, read again after S seconds; less than "
-                        "--max-age (default: %(default)g)")
-    d.add_argument("--pause-grace", type=number(float), default=SETTINGS.pause_grace, metavar="S",
-                   help="a server paused on purpose (an RL weight update: GET /is_paused, weights in flight) is "
-                        "paused, OK, for S seconds, then WARNING; never CRITICAL (default: %(default)g)")
-    d.add_argument("--recovery-window", type=number(float), default=SETTINGS.recovery_window, metavar="S",
-                   help="vLLM's engine_recovery_timeout_sec: a stall while its fault-tolerance status holds an "
-                        "engine for recovery is not stuck within S seconds (default: %(default)g)")
-    d.add_argument("--max-age", type=number(float), default=SETTINGS.max_age, metavar="S",
-                   help="a previous reading older than this is no baseline; must be longer than the check "
-                        "interval and than --stuck-seconds, --min-gap and --reread-delay (default: %(default)g)")
-    lifecycle_options(p, SETTINGS)
-    pr = p.add_argument_group("idle probe")
-    pr.add_argument("--probe-timeout", type=number(float), default=OPTIONS.probe_timeout, metavar="S",
-                    help="seconds the 1-token completion may take when idle (default: %(default)g)")
-    pr.add_argument("--no-probe", action="store_true", help="never send a completion; idle is judged on /metrics")
-    pr.add_argument("--model", help="model to probe (default: the model_name in /metrics, else the first of /v1/models)")
+    d = p.add_argument_group(option_table.DECISION)
+    option_table.add(d, CHECK, option_table.DECISION)
+    option_table.add(p.add_argument_group(option_table.PROCESS_TITLE), CHECK, option_table.PROCESS)
+    option_table.add(p.add_argument_group(option_table.IDLE_PROBE), CHECK, option_table.IDLE_PROBE)
     t = p.add_argument_group("thresholds (Nagios range syntax, e.g. 20, 10:, @5:10)")
     t.add_argument("-w", "--waiting-warning", metavar="RANGE", help="waiting requests")
     t.add_argument("-c", "--waiting-critical", metavar="RANGE", help="waiting requests")
@@ -113,8 +86,6 @@ def parser() -> argparse.ArgumentParser:
 
 def _validate(args: argparse.Namespace) -> None:
     """The checks of numbers alone (no httpx, no nagiosplugin: a reused verdict needs neither, see _check)."""
-    if args.stuck_readings < 1:
-        raise UsageError("--stuck-readings must be at least 1")
     if args.timeout < 2:
         raise UsageError("--timeout must be at least 2 seconds")
     # A stall is measured against a previous reading: one that --max-age already throws away can never
@@ -246,7 +217,7 @@ def _check(argv: list[str] | None = None) -> NoReturn:
 
 def _run(args: argparse.Namespace, state_dir: Path, started: float, doing: Any) -> Any:
     """The Run the command line decides; the API key and CA file are read here, under the run's alarm."""
-    from check_vllm.contract.vocab import LOCK_TIMEOUT, Options, Settings
+    from check_vllm.contract.vocab import LOCK_TIMEOUT
     from check_vllm.nagios.plugin import Run
     from check_vllm.server.fetch import Endpoint
 
@@ -258,14 +229,8 @@ def _run(args: argparse.Namespace, state_dir: Path, started: float, doing: Any) 
     doing("start-up")
     return Run(
         endpoint=Endpoint(args.url, api_key=api_key, ca_file=args.ca_file, insecure=args.insecure),
-        settings=Settings(stuck_readings=args.stuck_readings, stuck_seconds=args.stuck_seconds,
-                          min_gap=args.min_gap, max_age=args.max_age,
-                          start_grace=args.start_grace, stop_grace=args.stop_grace,
-                          pause_grace=args.pause_grace, recovery_window=args.recovery_window),
-        options=Options(proxy=args.proxy, probe=not args.no_probe, model=args.model,
-                        probe_timeout=args.probe_timeout, reread_delay=args.reread_delay,
-                        pid_file=args.pid_file, pid_command=args.pid_command,
-                        server_port=args.server_port, server_user=args.server_user),
+        settings=option_table.settings_from(args, CHECK),
+        options=option_table.options_from(args, CHECK),
         state_dir=state_dir,
         # leave a second for the state file and the output, so our own verdicts beat the alarm
         deadline=started + args.timeout - 1.0,

@@ -24,7 +24,9 @@ import httpx
 
 from check_vllm.contract.safe_text import one_line
 from check_vllm.contract.values import Memory, Reading, Verdict
-from check_vllm.contract.vocab import CONNECT_TIMEOUT, SETTINGS, Options, Settings
+from check_vllm.contract.vocab import CONNECT_TIMEOUT, SETTINGS
+from check_vllm.front import option_table
+from check_vllm.front.option_table import NETDATA
 from check_vllm.observer import Observer, given_clock, next_slot
 from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint
@@ -56,11 +58,10 @@ class JobCollector:
         self.client = client or self.endpoint.client()
         self.mono, self.say = mono or time.monotonic, say
         # A comparison needs a gap; at update_every 1 it must not be longer than the tick itself.
-        self.settings = Settings(stuck_readings=job.stuck_readings, stuck_seconds=job.stuck_seconds,
-                                 min_gap=min(SETTINGS.min_gap, 0.5 * job.update_every))
+        self.settings = option_table.settings_from(job, NETDATA,
+                                                   min_gap=min(SETTINGS.min_gap, 0.5 * job.update_every))
         # The next tick reads again anyway: never sleep for a second reading inside one.
-        self.options = Options(proxy=job.proxy, probe=job.probes, model=job.model, probe_timeout=job.probe_timeout,
-                               metrics_timeout=job.timeout, reread=False)
+        self.options = option_table.options_from(job, NETDATA, probe=job.probes, reread=False)
         now = clock.now if wall is None and mono is None else given_clock(wall or time.time, self.mono)
         self.observer = Observer(self.client, self.endpoint, self.settings, self.options, job.probe_every,
                                  now=now, mono=self.mono)

@@ -16,8 +16,10 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from check_vllm.contract.vocab import CONNECT_TIMEOUT, OPTIONS, SETTINGS
+from check_vllm.contract.vocab import OPTIONS
+from check_vllm.front.option_table import BY_FLAG, INT, NETDATA, ROWS, Option, job_number
 
 CONF_NAME = "vllm.conf"
 DEFAULT_CONFIG_DIR = "/etc/netdata"
@@ -36,14 +38,14 @@ class Job:
     url: str
     update_every: int = 1
     proxy: bool = False
-    stuck_readings: int = SETTINGS.stuck_readings
-    stuck_seconds: float = SETTINGS.stuck_seconds
+    stuck_readings: int = BY_FLAG["--stuck-readings"].default
+    stuck_seconds: float = BY_FLAG["--stuck-seconds"].default
     probe: bool = OPTIONS.probe
     #: At most one idle probe per this many seconds.
-    probe_every: float = 60.0
-    probe_timeout: float = OPTIONS.probe_timeout
+    probe_every: float = BY_FLAG["--probe-every"].default
+    probe_timeout: float = BY_FLAG["--probe-timeout"].default
     #: Per-request timeout for /metrics and /v1/models; a slow server delays only its own job.
-    timeout: float = CONNECT_TIMEOUT
+    timeout: float = BY_FLAG["--timeout"].default
     api_key: str | None = None
     model: str | None = None
 
@@ -63,8 +65,12 @@ class Job:
 JOB = Job(name="", url="")
 
 _BOOLS = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
-_KNOWN = {"url", "proxy", "update_every", "stuck_readings", "stuck_seconds", "probe", "probe_every",
-          "probe_timeout", "timeout", "api_key_file", "model"}
+#: Netdata's own: how often a job is collected (never faster than the plugin, whose interval is its default).
+_UPDATE_EVERY = Option("--update-every", INT, "", "seconds between two collections", frozenset({NETDATA}), low=1,
+                       high=3600)
+#: The option table's numbers a job takes (their keys, bounds and defaults are the table's).
+_NUMBERS = tuple(row for row in ROWS if NETDATA in row.fronts and row.kind in ("int", "float"))
+_KNOWN = {"url", "proxy", "update_every", "probe", "api_key_file", "model", *(row.dest for row in _NUMBERS)}
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -101,9 +107,11 @@ def _api_key(key_file: str) -> str | None:
     except UnicodeDecodeError:
         raise ConfigError(f"api_key_file {key_file}: not UTF-8 text (UTF-16? save it as UTF-8)") from None
     key = text.strip()
+    if not key:
+        raise ConfigError(f"api_key_file {key_file} is empty (leave api_key_file out for no key)")
     if not all(" " < ch < "\x7f" for ch in key):
         raise ConfigError(f"api_key_file {key_file}: holds characters an HTTP header cannot carry")
-    return key or None
+    return key
 
 
 def _undecodable(sec: configparser.SectionProxy) -> list[str]:
@@ -118,19 +126,6 @@ def _surrogates(text: str) -> bool:
 def printable(text: str) -> str:
     """A name from the file, fit for stderr whatever bytes it held."""
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-
-
-def _number(sec: configparser.SectionProxy, key: str, default: float, low: float, high: float) -> float:
-    raw = sec.get(key)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{key} = {raw!r} is not a number") from None
-    if not low <= value <= high:
-        raise ConfigError(f"{key} = {raw} is outside {low:g}..{high:g}")
-    return value
 
 
 def _flag(sec: configparser.SectionProxy, key: str, default: bool) -> bool:
@@ -154,20 +149,21 @@ def parse_job(section: str, sec: configparser.SectionProxy, plugin_every: int) -
         raise ConfigError(f"not UTF-8 text in {', '.join(printable(k) for k in bad) or 'the section name'}")
     key_file = (sec.get("api_key_file") or "").strip()
     api_key = _api_key(key_file) if key_file else None
-    every = int(_number(sec, "update_every", plugin_every, 1, 3600))
+    try:
+        every = int(job_number(_UPDATE_EVERY._replace(default=plugin_every), sec.get("update_every")))
+        numbers: dict[str, Any] = {row.dest: job_number(row, sec.get(row.dest)) for row in _NUMBERS}
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    numbers["stuck_readings"] = int(numbers["stuck_readings"])
     return Job(
         name=job_name(section),
         url=url,
         update_every=max(every, plugin_every),  # a job never runs faster than the plugin
         proxy=_flag(sec, "proxy", JOB.proxy),
-        stuck_readings=int(_number(sec, "stuck_readings", JOB.stuck_readings, 1, 1000)),
-        stuck_seconds=_number(sec, "stuck_seconds", JOB.stuck_seconds, 0, 86400),
         probe=_flag(sec, "probe", JOB.probe),
-        probe_every=_number(sec, "probe_every", JOB.probe_every, 1, 86400),
-        probe_timeout=_number(sec, "probe_timeout", JOB.probe_timeout, 0.1, 600),
-        timeout=_number(sec, "timeout", JOB.timeout, 0.1, 600),
         api_key=api_key,
         model=(sec.get("model") or "").strip() or None,
+        **numbers,
     )
 
 

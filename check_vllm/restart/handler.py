@@ -25,9 +25,9 @@ from typing import Any, NoReturn
 
 from check_vllm.contract.safe_text import without_userinfo
 from check_vllm.contract.values import Instant, Remembered
-from check_vllm.contract.vocab import Options, Settings
-from check_vllm.front import statusline
+from check_vllm.front import option_table, statusline
 from check_vllm.front.args import UsageError
+from check_vllm.front.option_table import HANDLER
 from check_vllm.memory import codec as memory
 from check_vllm.memory import statedir
 from check_vllm.memory.files import write_json
@@ -141,9 +141,8 @@ def weigh(args: argparse.Namespace, event: Event, history: StateFile, state_dir:
             hist_problem = f"{hist_problem} (not saved: {err})"
     decision = decide(event, verdict, problem, restart_times(entries, at), policy, now)
     if decision.act and verdict is not None:  # never on a start the check could not see yet
-        lifecycle = Settings(start_grace=args.start_grace, stop_grace=args.stop_grace)
-        process = Options(pid_file=args.pid_file, pid_command=args.pid_command, server_port=args.server_port,
-                          server_user=args.server_user)
+        lifecycle = option_table.settings_from(args, HANDLER)
+        process = option_table.options_from(args, HANDLER)
         loading = still_loading(url, saved, verdict.word, lifecycle, process,
                                 read_marker(marker_path(state_dir, url), at))
         if loading:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 
 from check_vllm import __version__
-from check_vllm.contract.vocab import CODE_NAMES, LOCK_TIMEOUT, SETTINGS
-from check_vllm.front.args import Parser, UsageError, check_url, lifecycle_options, number
+from check_vllm.contract.vocab import CODE_NAMES, LOCK_TIMEOUT
+from check_vllm.front import option_table
+from check_vllm.front.args import Parser, UsageError, check_url, number
+from check_vllm.front.option_table import HANDLER
 from check_vllm.restart.policy import Event, Policy
 
-PROG = "check_vllm_restart"
+PROG = HANDLER
 #: Seconds before a restart command that has not finished is killed.
 COMMAND_TIMEOUT = 600.0
 DEFAULT = Policy()
@@ -44,10 +46,9 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--acknowledged", type=_depth, default=0, metavar="N",
                    help="$service.acknowledgement$ (Icinga 2): above 0 an operator has the problem, no restart")
     t = p.add_argument_group("target (the same as the check's)")
-    t.add_argument("-u", "--url", required=True, help="the vLLM base URL given to check_vllm")
+    option_table.add(t, HANDLER, option_table.SERVER, required=("--url",))
     t.add_argument("--state-dir", metavar="DIR", help="the --state-dir given to check_vllm (same default)")
-    t.add_argument("--proxy", action="store_true", help="the check runs with --proxy")
-    lifecycle_options(p, SETTINGS)
+    option_table.add(p.add_argument_group(option_table.PROCESS_TITLE), HANDLER, option_table.PROCESS)
     g = p.add_argument_group("guards")
     g.add_argument("--cooldown", type=number(float, 0), default=DEFAULT.cooldown, metavar="S",
                    help="no restart within S seconds of the last one: time to load the model (default %(default)g)")

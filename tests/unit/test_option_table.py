@@ -1,0 +1,89 @@
+"""The operator options the front ends share (check_vllm.front.option_table): one row each, and every front end
+that takes a row takes it alike: the same flag, default and bounds on the check's, the agent's and the handler's
+command lines and in a Netdata job; the Settings and Options a run gets are the row's values."""
+
+from __future__ import annotations
+
+import configparser
+import math
+
+import pytest
+
+from check_vllm.contract.vocab import Options, Settings
+from check_vllm.front import option_table
+from check_vllm.front.args import UsageError
+from check_vllm.front.option_table import AGENT, CHECK, FLAG, HANDLER, NETDATA, ROWS, TEXT
+from check_vllm.haproxy import cli as agent_cli
+from check_vllm.nagios import cli as check_cli
+from check_vllm.netdata import config as netdata_config
+from check_vllm.restart import options as handler_cli
+
+PARSERS = {CHECK: check_cli.parser, AGENT: agent_cli.parser, HANDLER: handler_cli.parser}
+NUMBERS = [row for row in ROWS if row.kind not in (TEXT, FLAG)]
+
+
+def flags(front: str) -> set[str]:
+    return {opt for action in PARSERS[front]()._actions for opt in action.option_strings}
+
+
+@pytest.mark.parametrize("front", sorted(PARSERS))
+def test_each_front_end_takes_exactly_the_rows_that_name_it(front):
+    have = flags(front)
+    for row in ROWS:
+        if (front, row.flag) == (CHECK, "--timeout"):  # the plugin API's -t: the check's whole run, its own
+            assert "whole run" in next(a.help for a in PARSERS[CHECK]()._actions if "--timeout" in a.option_strings)
+            continue
+        assert (row.flag in have) == (front in row.fronts), (front, row.flag)
+
+
+@pytest.mark.parametrize(("front", "row"), [(f, r) for r in NUMBERS for f in sorted(PARSERS) if f in r.fronts],
+                         ids=lambda x: getattr(x, "flag", x))
+def test_a_number_has_the_rows_default_and_bounds_on_every_command_line(front, row):
+    base = ["--state", "OK", "--state-type", "HARD", "-u", "http://127.0.0.1:8000"] if front == HANDLER else []
+    args = PARSERS[front]().parse_args(base)
+    assert getattr(args, row.dest) == row.default
+    with pytest.raises(UsageError):
+        PARSERS[front]().parse_args([*base, row.flag, str(row.low - 1)])
+    if math.isfinite(row.high):
+        with pytest.raises(UsageError):
+            PARSERS[front]().parse_args([*base, row.flag, str(row.high + 1)])
+    inside = row.low if row.low else 1
+    assert getattr(PARSERS[front]().parse_args([*base, row.flag, str(inside)]), row.dest) == inside
+
+
+def job(**keys: str):
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read_dict({"j": {"url": "http://127.0.0.1:8000", **keys}})
+    return netdata_config.parse_job("j", ini["j"], 1)
+
+
+@pytest.mark.parametrize("row", [r for r in NUMBERS if NETDATA in r.fronts], ids=lambda r: r.dest)
+def test_a_netdata_job_takes_the_same_number_with_the_same_default_and_bounds(row):
+    assert getattr(job(), row.dest) == row.default
+    with pytest.raises(netdata_config.ConfigError, match=row.dest):
+        job(**{row.dest: str(row.low - 1)})
+    assert getattr(job(**{row.dest: str(row.high if math.isfinite(row.high) else 7)}), row.dest) == \
+        (row.high if math.isfinite(row.high) else 7)
+
+
+def test_the_run_gets_the_rows_values_and_the_front_ends_own():
+    args = check_cli.parser().parse_args(["--stuck-readings", "5", "--stuck-seconds", "30", "--no-probe",
+                                          "--start-grace", "60", "--server-user", "vllm", "-t", "20"])
+    settings, options = option_table.settings_from(args, CHECK), option_table.options_from(args, CHECK)
+    assert settings == Settings(stuck_readings=5, stuck_seconds=30.0, start_grace=60.0)
+    # the check's -t is its whole run, not the agent's per-request --timeout: no metrics_timeout from it
+    assert options == Options(probe=False, server_user="vllm")
+    agent = agent_cli.parser().parse_args(["--timeout", "2", "--model", "m"])
+    assert option_table.options_from(agent, AGENT, reread=False) == Options(model="m", metrics_timeout=2.0,
+                                                                           reread=False)
+
+
+def test_an_empty_key_file_is_a_mistake_for_every_front_end(tmp_path):
+    empty = tmp_path / "key"
+    empty.write_text("\n")
+    with pytest.raises(netdata_config.ConfigError, match="is empty"):
+        job(api_key_file=str(empty))
+    from check_vllm.front.args import read_api_key
+
+    with pytest.raises(UsageError, match="is empty"):
+        read_api_key(str(empty))
