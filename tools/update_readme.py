@@ -5,6 +5,8 @@ check_vllm.contract.probes, docs/how-it-decides.md's sample lines (from the gold
 tests/e2e/test_golden.py) and exit-code table, and the README's reliability tables and docs/soak.md's tables of
 the run from the report of one 60-minute soak (docs/soak-60min.json, written by `SOAK_MINUTES=60 tox -e soak`).
 
+docs/usage.md's table of the options the front ends share comes from check_vllm.front.option_table.
+
 Run `python tools/update_readme.py`; tests/unit/test_readme.py fails when any of them is stale.
 """
 
@@ -34,6 +36,7 @@ S_START, S_END = "<!-- samples:start -->", "<!-- samples:end -->"
 SOAK_DOC = USAGE.parent / "soak.md"
 K_START, K_END = "<!-- soak-run:start -->", "<!-- soak-run:end -->"
 E_START, E_END = "<!-- exit-codes:start -->", "<!-- exit-codes:end -->"
+O_START, O_END = "<!-- shared-options:start -->", "<!-- shared-options:end -->"
 #: What ends a run with each code besides the verdict words that carry it (the contract table owns those).
 OTHER_CAUSES = (
     "",
@@ -83,8 +86,31 @@ def _between(text: str, start: str, end: str, block: str) -> str:
     return f"{head}{start}\n{block}{end}{tail}"
 
 
+def shared_options() -> str:
+    """docs/usage.md's table of the options the front ends share, from check_vllm.front.option_table."""
+    import math
+
+    from check_vllm.front.option_table import AGENT, CHECK, FLAG, HANDLER, NETDATA, ROWS, TEXT
+
+    fronts = (CHECK, AGENT, HANDLER, NETDATA)
+    lines = ["| option | Netdata key | default | range | " + " | ".join(f"`{f}`" for f in fronts) + " |",
+             "|---|---|---|---|" + "---|" * len(fronts)]
+    for row in ROWS:
+        if len(row.fronts) < 2:
+            continue
+        default = "off" if row.kind == FLAG else "none" if row.default is None else f"`{row.default:g}`" \
+            if isinstance(row.default, float) else f"`{row.default}`"
+        span = "" if row.kind in (TEXT, FLAG) else \
+            f"{row.low:g} to {row.high:g}" if math.isfinite(row.high) else f"from {row.low:g}"
+        key = f"`{row.dest}`" if NETDATA in row.fronts else ""
+        lines.append(f"| `{row.flag}` | {key} | {default} | {span} | "
+                     + " | ".join("yes" if f in row.fronts else "" for f in fronts) + " |")
+    return "\n".join(lines)
+
+
 def render(text: str) -> str:
-    return _between(text, START, END, f"```\n{usage()}```\n")
+    text = _between(text, START, END, f"```\n{usage()}```\n")
+    return _between(text, O_START, O_END, shared_options() + "\n")
 
 
 def render_agent(text: str) -> str:

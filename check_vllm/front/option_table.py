@@ -56,7 +56,7 @@ PROCESS_TITLE = ("server process (on the vLLM host; default: the vLLM API server
                  "--config file, serves the URL's port, when the URL's host is this host)")
 
 ROWS: tuple[Option, ...] = (
-    Option("--url", TEXT, SERVER, "the vLLM server's base URL (default: %(default)s)", _EVERY | {NETDATA},
+    Option("--url", TEXT, SERVER, "the vLLM server's base URL (default: %(default)s)", _EVERY,
            default=DEFAULT_URL, short="-u"),
     Option("--api-key-file", TEXT, SERVER, "file holding the API key on its first line (else $VLLM_API_KEY); a "
            "leading UTF-8 BOM and surrounding white space are ignored, an empty file is an error", _JUDGES,
