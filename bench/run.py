@@ -41,7 +41,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from check_vllm.contract.values import Instant, Memory
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Memory
 from check_vllm.memory import codec as memory
 from check_vllm.memory.statefile import check_file
 from check_vllm.server.reading import parse

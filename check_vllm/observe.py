@@ -17,19 +17,10 @@ from typing import NamedTuple
 
 import httpx
 
-from check_vllm.contract.values import (
-    CUT_SHORT,
-    ENGINE_PAUSED,
-    Evidence,
-    Failure,
-    Instant,
-    Memory,
-    ProbeOutcome,
-    Reading,
-    Verdict,
-    Witness,
-    instant,
-)
+from check_vllm.contract.instants import Instant, instant
+from check_vllm.contract.kept import Memory
+from check_vllm.contract.values import CUT_SHORT, ENGINE_PAUSED, Evidence, Failure, ProbeOutcome, Reading, Witness
+from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import (
     DOWN,
     LOOK_AGAIN,

@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import httpx
 
-from check_vllm.contract.values import Instant, Memory
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Memory
 from check_vllm.contract.vocab import Options, Settings
 from check_vllm.observe import Observation, observe
 from check_vllm.server import clock

@@ -1,4 +1,4 @@
-"""The values that flow through one observation: readings, failures, probe outcomes, memory, verdicts.
+"""The values that flow through one observation: readings, failures, probe outcomes, the host's witness, verdicts.
 
 The bottom layer: I/O modules return these, the judge takes and returns them, the front ends print
 them. Plain immutable values, no behaviour beyond a few derived numbers; no I/O.
@@ -10,12 +10,13 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
+from check_vllm.contract.instants import Instant
+
 #: The signals whose movement between two readings proves the engine did work.
 PROGRESS_FIELDS = ("steps", "step_tokens", "generation_tokens", "prompt_tokens", "finished", "kv_cache")
 #: Counters: they only grow within one process; going backwards means a new process.
 COUNTER_FIELDS = ("steps", "step_tokens", "generation_tokens", "prompt_tokens", "finished", "preemptions")
 
-_EMPTY: Mapping[str, str] = MappingProxyType({})  # read-only: a shared default must not be mutable
 
 
 class EngineReading(NamedTuple):
@@ -126,69 +127,6 @@ class EngineFault(NamedTuple):
     info: str = ""
 
 
-# --------------------------------------------------------------------------- time and memory: what one run leaves the next
-
-
-class Instant(NamedTuple):
-    """A moment on two clocks: the wall clock (for people and the handler) and the boot-time clock of one
-    boot, which no clock step moves: elapsed time is measured on it whenever both ends have it."""
-
-    wall: float
-    mono: float | None = None
-    boot: str | None = None
-
-
-def elapsed(since: Instant, now: Instant) -> float | None:
-    """Seconds from `since` to `now`, or None when no clock spans both (another boot)."""
-    if since.mono is not None and now.mono is not None and since.boot and now.boot:
-        return now.mono - since.mono if since.boot == now.boot else None
-    return now.wall - since.wall
-
-
-def instant(now: Instant | float) -> Instant:
-    """A bare wall-clock time (a test table, an old caller) is an Instant without the boot-time clock."""
-    return now if isinstance(now, Instant) else Instant(float(now))
-
-
-def seconds_between(since: Instant, now: Instant) -> float:
-    """As elapsed, but across a reboot on the wall clock, the only one that spans both: for the age of a
-    restart (its marker, the cooldown), which a reboot does not end, unlike a stall's proof."""
-    lapse = elapsed(since, now)
-    return now.wall - since.wall if lapse is None else lapse
-
-
-class Streak(NamedTuple):
-    """A condition (no progress, no answer) that has held since `since` over `readings` readings."""
-
-    since: Instant
-    readings: float
-
-
-class Baseline(NamedTuple):
-    reading: Reading
-    at: Instant
-
-
-class Footprint(NamedTuple):
-    """What the check's own answered probe added to the counters, to be discounted on the next comparison."""
-
-    prompt_tokens: float
-    completion_tokens: float
-    at: float
-
-
-class Remembered(NamedTuple):
-    """The last verdict as the state file keeps it: the restart handler's evidence."""
-
-    word: str
-    code: int | None
-    text: str
-    at: float | None
-    engines: Mapping[str, str] = _EMPTY
-    #: An idle verdict that asked for a probe no run has made yet: a probing run must not repeat it as its own.
-    unprobed: bool = False
-
-
 class ServerProcess(NamedTuple):
     """The vLLM API server's process as this host sees it. PID, start (clock ticks since boot) and boot id
     together name one process: a reused PID has another start, a reboot another boot id."""
@@ -227,94 +165,3 @@ class Evidence(NamedTuple):
     witness: Witness | None = None
     marker: Instant | None = None
     second_look: bool = False
-
-
-class Starts(NamedTuple):
-    """Distinct server processes seen starting, none of which has served since the first: a crash loop
-    shows as a count that grows while every one of them stays young."""
-
-    seen: float
-    since: Instant
-    #: ServerProcess.identity of the newest one seen.
-    last: str
-
-
-#: Stopping.process of a first look that found no process at all (no stop was seen, one is suspected).
-NO_PROCESS = ""
-
-
-class Stopping(NamedTuple):
-    """A server process that served and now refuses connections: since when, and which process."""
-
-    since: Instant
-    #: ServerProcess.identity.
-    process: str
-    #: The first run that found it exited (None: not yet). The next process must appear within
-    #: Settings.respawn_grace of that, or nothing listening is down.
-    gone: Instant | None = None
-
-    @property
-    def pid(self) -> str:
-        return ServerProcess.pid_in(self.process)
-
-
-class Memory(NamedTuple):
-    baseline: Baseline | None = None
-    #: The baseline the current one replaced: a reading that continues it, not the current one, is a
-    #: second server behind the same URL (a load balancer), not a restart.
-    previous: Baseline | None = None
-    #: Per engine: work present and no progress.
-    stalls: Mapping[str, Streak] = MappingProxyType({})
-    #: /metrics (or, with --proxy, /v1/models) did not answer.
-    unresponsive: Streak | None = None
-    #: The idle probe went unanswered and nothing moved.
-    unanswered: Streak | None = None
-    probe: Footprint | None = None
-    last: Remembered | None = None
-    #: Since when this server is read by its whole /metrics page: its restricted page (check_vllm.server.api)
-    #: failed while the whole page worked. None: the restricted page is asked for.
-    whole_page: Instant | None = None
-    #: Server processes seen starting since the server last served (the host's witness).
-    starts: Starts | None = None
-    #: Since when the process that served refuses connections (the host's witness). A Stopping with no
-    #: process (NO_PROCESS) is a first look that found nothing right after the server was up: the run that
-    #: finds it again is the second look.
-    stopping: Stopping | None = None
-    #: When its API server last said the engine died: the verdict of that instant (last.at) is down whatever the
-    #: host shows of the API server (the handler's own look reads it).
-    engine_dead: Instant | None = None
-    #: Since when the server has said it is paused on purpose (None: not paused).
-    paused: Instant | None = None
-    #: process_start_time_seconds of a server that answered GET /is_paused 404 (not in dev mode): not asked
-    #: again until the process changes.
-    no_pause_route: float | None = None
-    #: The same for GET /checkpoint/status (no --enable-sleep-mode, or before 0.34).
-    no_checkpoint_route: float | None = None
-    #: The same for the fault-tolerance status (no --enable-fault-tolerance).
-    no_fault_route: float | None = None
-
-
-# --------------------------------------------------------------------------- the verdict
-
-
-class Verdict(NamedTuple):
-    word: str
-    code: int  # the plugin exit code, vocab.OK .. CRITICAL
-    text: str
-    memory: Memory
-    #: vocab.PROBE or vocab.REREAD: what would settle the question; None when it is settled.
-    action: str | None = None
-    engines: Mapping[str, str] = _EMPTY
-    running: float | None = None
-    waiting: float | None = None
-    kv_cache: float | None = None  # percent, the fullest engine
-    tokens_per_second: float | None = None
-    prompt_tokens_per_second: float | None = None
-    steps_per_second: float | None = None
-    stalled_seconds: float | None = None
-    probe_seconds: float | None = None
-
-    @property
-    def summary(self) -> str:
-        """The status text: the word first, then what it rests on."""
-        return f"{self.word}: {self.text}" if self.text else self.word

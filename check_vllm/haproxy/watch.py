@@ -20,7 +20,7 @@ from typing import NamedTuple
 import httpx
 
 from check_vllm.contract.probes import Seen
-from check_vllm.contract.values import Verdict
+from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import Options, Settings
 from check_vllm.observer import Observer, given_clock, next_slot
 from check_vllm.server import clock

@@ -13,17 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from check_vllm.contract.values import (
-    PROGRESS_FIELDS,
-    Baseline,
-    EngineReading,
-    Instant,
-    Memory,
-    Reading,
-    Remembered,
-    Streak,
-    Verdict,
-)
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Baseline, Memory, Remembered, Streak
+from check_vllm.contract.values import PROGRESS_FIELDS, EngineReading, Reading
+from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import (
     BALANCER,
     BUSY,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from check_vllm.contract.values import COUNTER_FIELDS, PROGRESS_FIELDS, EngineReading, Footprint, Reading
+from check_vllm.contract.kept import Footprint
+from check_vllm.contract.values import COUNTER_FIELDS, PROGRESS_FIELDS, EngineReading, Reading
 
 #: Seconds two process_start_time_seconds may differ and still name one process (the float's rounding).
 START_TOLERANCE = 0.01

@@ -12,6 +12,8 @@ sight" counts, and it must hold over the same readings and seconds as every othe
 
 from __future__ import annotations
 
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Footprint, Memory, Remembered
 from check_vllm.contract.values import (
     ANSWERED,
     CUT_SHORT,
@@ -20,14 +22,10 @@ from check_vllm.contract.values import (
     REFUSED,
     REJECTED,
     Failure,
-    Footprint,
-    Instant,
-    Memory,
     ProbeOutcome,
     Reading,
-    Remembered,
-    Verdict,
 )
+from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import BUSY, CONFIRM, CRITICAL, DOWN, IDLE, OK, STALLING, STUCK, WARNING, Settings
 from check_vllm.judge import wording
 from check_vllm.judge.assess import finish, keep, new_process, signals_differ

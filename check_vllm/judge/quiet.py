@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Footprint, Memory, Remembered, Streak
 from check_vllm.contract.values import (
     ANSWERED,
     NO_ANSWER,
@@ -26,15 +28,10 @@ from check_vllm.contract.values import (
     PAUSED_YES,
     Checkpoint,
     EngineFault,
-    Footprint,
-    Instant,
-    Memory,
     ProbeOutcome,
     Reading,
-    Remembered,
-    Streak,
-    Verdict,
 )
+from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import (
     KV_TRANSFER,
     OK,

@@ -17,20 +17,10 @@ before saw the server up.
 
 from __future__ import annotations
 
-from check_vllm.contract.values import (
-    MODELS_ANSWERED,
-    MODELS_OK,
-    NO_PROCESS,
-    Evidence,
-    Failure,
-    Instant,
-    Memory,
-    ServerProcess,
-    Starts,
-    Stopping,
-    Verdict,
-    seconds_between,
-)
+from check_vllm.contract.instants import Instant, seconds_between
+from check_vllm.contract.kept import NO_PROCESS, Memory, Starts, Stopping
+from check_vllm.contract.values import MODELS_ANSWERED, MODELS_OK, Evidence, Failure, ServerProcess
+from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import (
     CRITICAL,
     DOWN,

@@ -14,19 +14,10 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Baseline, Footprint, Memory, Remembered, Starts, Stopping, Streak
 from check_vllm.contract.numbers import finite
-from check_vllm.contract.values import (
-    Baseline,
-    EngineReading,
-    Footprint,
-    Instant,
-    Memory,
-    Reading,
-    Remembered,
-    Starts,
-    Stopping,
-    Streak,
-)
+from check_vllm.contract.values import EngineReading, Reading
 from check_vllm.contract.vocab import state_of
 
 _ENGINE_FIELDS = frozenset(EngineReading._fields)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from check_vllm.contract.values import Instant, seconds_between
+from check_vllm.contract.instants import Instant, seconds_between
 from check_vllm.memory.codec import instant_json, instant_of
 from check_vllm.memory.files import MAX_BYTES, read_regular
 from check_vllm.memory.statefile import StateError, open_nofollow

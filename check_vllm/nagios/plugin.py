@@ -10,8 +10,10 @@ from typing import Any, NamedTuple
 import nagiosplugin
 from nagiosplugin.performance import Performance
 
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Memory
 from check_vllm.contract.numbers import finite
-from check_vllm.contract.values import Instant, Memory, Verdict
+from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import CRITICAL, LOCK_TIMEOUT, OK, PERFDATA, UNKNOWN, WARNING, Options, Settings
 from check_vllm.front import statusline
 from check_vllm.memory import codec as memory

@@ -37,7 +37,7 @@ def answer_run(kind: str, run: object) -> NoReturn:
     ours during the run (the lock held too long, our time-out, a bug) is answered with what the state file said."""
     import nagiosplugin
 
-    from check_vllm.contract.values import Verdict
+    from check_vllm.contract.verdict import Verdict
     from check_vllm.front.args import Deadline
     from check_vllm.nagios.plugin import Run, Server
 

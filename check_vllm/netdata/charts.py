@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from check_vllm.contract.safe_text import one_line, without_userinfo
-from check_vllm.contract.values import Reading, Verdict
+from check_vllm.contract.values import Reading
+from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import WORDS
 
 from .config import Job

@@ -9,7 +9,7 @@ Probing is rare by construction: the decision engine asks for a probe only when 
 and the job sends one at most once per `probe_every` (never when `probe = no` or in proxy mode).
 Every other tick costs one GET /metrics: of the restricted page (check_vllm.server.api), or of the whole page
 for a server that does not serve that one. Which page a server serves lives in the job's memory with the
-rest of it (check_vllm.contract.values.Memory.whole_page), so the collector learns it once, like the check does.
+rest of it (check_vllm.contract.kept.Memory.whole_page), so the collector learns it once, like the check does.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from typing import TextIO
 
 import httpx
 
+from check_vllm.contract.kept import Memory
 from check_vllm.contract.safe_text import one_line
-from check_vllm.contract.values import Memory, Reading, Verdict
+from check_vllm.contract.values import Reading
+from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import CONNECT_TIMEOUT, SETTINGS
 from check_vllm.front import option_table
 from check_vllm.front.option_table import NETDATA

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Remembered
 from check_vllm.contract.safe_text import without_userinfo
-from check_vllm.contract.values import Instant, Remembered
 from check_vllm.front import option_table, statusline
 from check_vllm.front.args import UsageError
 from check_vllm.front.option_table import HANDLER

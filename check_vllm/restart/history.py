@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from check_vllm.contract.instants import Instant
 from check_vllm.contract.numbers import finite
-from check_vllm.contract.values import Instant
 from check_vllm.memory.statefile import StateFile
 from check_vllm.memory.target import earlier_keys, key_path, legacy_key, target_key
 from check_vllm.restart.policy import CLOCK_SLACK

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from check_vllm.contract.values import Remembered
+from check_vllm.contract.kept import Remembered
 from check_vllm.contract.vocab import CODE_NAMES, CRITICAL, PROXY, RESTARTABLE
 
 HOUR = 3600.0

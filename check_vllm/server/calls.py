@@ -15,17 +15,8 @@ from collections.abc import Callable
 
 import httpx
 
-from check_vllm.contract.values import (
-    ENGINE_DEAD,
-    NO_ANSWER,
-    REJECTED,
-    Failure,
-    Instant,
-    ProbeOutcome,
-    Reading,
-    elapsed,
-    instant,
-)
+from check_vllm.contract.instants import Instant, elapsed, instant
+from check_vllm.contract.values import ENGINE_DEAD, NO_ANSWER, REJECTED, Failure, ProbeOutcome, Reading
 from check_vllm.contract.vocab import NO_METRICS, RUN_TIMEOUT, Options
 from check_vllm.server import api
 from check_vllm.server.fetch import Endpoint, FetchError

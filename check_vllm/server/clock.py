@@ -1,4 +1,4 @@
-"""Now, on the two clocks check_vllm.contract.values.Instant carries: the wall clock and this boot's boot-time clock.
+"""Now, on the two clocks check_vllm.contract.instants.Instant carries: the wall clock and this boot's boot-time clock.
 
 The boot id tells whether two boot-time readings belong to the same boot (after a reboot the clock
 starts again and readings of two boots cannot be compared).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from check_vllm.contract.values import Instant
+from check_vllm.contract.instants import Instant
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 

@@ -12,7 +12,8 @@ import re
 import stat
 from collections.abc import Sequence
 
-from check_vllm.contract.values import Instant, ServerProcess, Witness
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.values import ServerProcess, Witness
 from check_vllm.server import clock, procfs
 
 #: vLLM's default --port.

@@ -19,7 +19,8 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from check_vllm.contract.values import Instant, Memory
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Memory
 from check_vllm.contract.vocab import OK, WARNING
 from check_vllm.memory.codec import from_json, to_json
 from check_vllm.memory.statefile import check_file

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.contract.values import Instant
+from check_vllm.contract.instants import Instant
 from check_vllm.memory.statefile import check_file
 from check_vllm.restart.policy import Event, screen
 from tests.rig.loading_vllm import Loaders, free_port

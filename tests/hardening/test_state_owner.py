@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.contract.values import Instant
+from check_vllm.contract.instants import Instant
 from check_vllm.memory.files import write_json
 from check_vllm.memory.marker import marker_json, marker_path
 from check_vllm.memory.statefile import check_file

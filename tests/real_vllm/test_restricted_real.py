@@ -21,7 +21,8 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from check_vllm.contract.values import Instant, Memory
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Memory
 from check_vllm.memory import codec as memory
 from check_vllm.memory.statefile import check_file
 from check_vllm.server import api, reading

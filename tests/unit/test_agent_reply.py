@@ -7,7 +7,8 @@ import re
 import pytest
 
 from check_vllm.contract import vocab
-from check_vllm.contract.values import Memory, Verdict
+from check_vllm.contract.kept import Memory
+from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import CRITICAL, OK, OPTIONS, SETTINGS, UNKNOWN, WARNING
 from check_vllm.haproxy import reply
 from check_vllm.haproxy.listen import parse_listen

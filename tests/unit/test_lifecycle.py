@@ -8,18 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from check_vllm.contract.values import (
-    NO_PROCESS,
-    EngineReading,
-    Evidence,
-    Failure,
-    Instant,
-    Memory,
-    Reading,
-    ServerProcess,
-    Stopping,
-    Witness,
-)
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import NO_PROCESS, Memory, Stopping
+from check_vllm.contract.values import EngineReading, Evidence, Failure, Reading, ServerProcess, Witness
 from check_vllm.contract.vocab import (
     CRITICAL,
     DOWN,

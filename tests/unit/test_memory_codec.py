@@ -8,8 +8,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from check_vllm.contract.kept import Memory
 from check_vllm.contract.numbers import LARGEST, finite
-from check_vllm.contract.values import EngineReading, Memory, Reading
+from check_vllm.contract.values import EngineReading, Reading
 from check_vllm.contract.vocab import CRITICAL, Settings
 from check_vllm.judge.assess import assess
 from check_vllm.memory import codec
@@ -56,7 +57,7 @@ def test_an_unprobed_idle_is_a_flag_in_the_memory_not_a_text_compare():
     """Issue 39: whether an idle verdict still waits for its probe was read from its wording; rewording it would
     have changed how older state files are judged. It is a flag now, and a file from before the flag whose text
     is the old wording reads as unprobed, once."""
-    from check_vllm.contract.values import Remembered
+    from check_vllm.contract.kept import Remembered
     from check_vllm.contract.vocab import IDLE, OK
     from check_vllm.judge.assess import unproven_idle
 

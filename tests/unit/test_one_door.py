@@ -12,7 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from check_vllm.contract.values import Instant, Memory, ServerProcess, Witness
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Memory
+from check_vllm.contract.values import ServerProcess, Witness
 from check_vllm.contract.vocab import CRITICAL, DOWN, IDLE, OPTIONS, SETTINGS, STOPPING, WARNING, Options
 from check_vllm.observe import observe
 from check_vllm.restart.starting import own_look

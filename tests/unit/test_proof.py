@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import (
     ENGINE_DEAD,
     MODELS_OK,
@@ -15,8 +17,6 @@ from check_vllm.contract.values import (
     EngineReading,
     Evidence,
     Failure,
-    Instant,
-    Memory,
     ProbeOutcome,
     Reading,
 )

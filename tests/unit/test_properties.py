@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import (
     ANSWERED,
     CUT_SHORT,
@@ -28,7 +29,6 @@ from check_vllm.contract.values import (
     REJECTED,
     EngineReading,
     Evidence,
-    Memory,
     ProbeOutcome,
     Reading,
 )

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import (
     ANSWERED,
     ENGINE_DEAD,
     NO_ANSWER,
     EngineReading,
     Evidence,
-    Instant,
-    Memory,
     ProbeOutcome,
     Reading,
 )

@@ -4,16 +4,9 @@ is never stuck and never restartable; a real stall after it is proven from its o
 
 from __future__ import annotations
 
-from check_vllm.contract.values import (
-    NO_PAUSE_ROUTE,
-    PAUSE_UNKNOWN,
-    PAUSED_NO,
-    PAUSED_YES,
-    EngineReading,
-    Instant,
-    Memory,
-    Reading,
-)
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Memory
+from check_vllm.contract.values import NO_PAUSE_ROUTE, PAUSE_UNKNOWN, PAUSED_NO, PAUSED_YES, EngineReading, Reading
 from check_vllm.contract.vocab import (
     BY_WORD,
     CRITICAL,

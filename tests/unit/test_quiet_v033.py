@@ -4,6 +4,8 @@ fault-tolerance status), and the probe that tells a deferred wait from a hang (j
 
 from __future__ import annotations
 
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import (
     ANSWERED,
     ENGINE_PAUSED,
@@ -13,8 +15,6 @@ from check_vllm.contract.values import (
     Checkpoint,
     EngineFault,
     EngineReading,
-    Instant,
-    Memory,
     ProbeOutcome,
     Reading,
 )

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from check_vllm.contract.values import Memory, Reading, Verdict
+from check_vllm.contract.kept import Memory
+from check_vllm.contract.values import Reading
+from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import CRITICAL, OK, WARNING, Settings
 from check_vllm.judge.assess import assess
 from check_vllm.server.reading import parse

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from check_vllm.contract import values, vocab
-from check_vllm.contract.values import Evidence, Failure, Memory
+from check_vllm.contract.kept import Memory
+from check_vllm.contract.values import Evidence, Failure
 from check_vllm.contract.vocab import (
     CRITICAL,
     DOWN,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import (
     ANSWERED,
     MODELS_OK,
@@ -13,7 +14,6 @@ from check_vllm.contract.values import (
     EngineReading,
     Evidence,
     Failure,
-    Memory,
     ProbeOutcome,
     Reading,
 )
