@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from check_vllm.contract.instants import Instant
+from check_vllm.contract.instants import Instant, elapsed, instant
 from check_vllm.contract.kept import Baseline, Memory, Remembered, Streak
 from check_vllm.contract.values import PROGRESS_FIELDS, EngineReading, Reading
 from check_vllm.contract.verdict import Verdict
@@ -49,7 +49,7 @@ from check_vllm.judge.compare import (
     rates,
     restart_reason,
 )
-from check_vllm.judge.proof import elapsed, extend, instant, lasted, proven
+from check_vllm.judge.proof import extend, lasted, proven
 
 _NO_STALLS: Mapping[str, Streak] = MappingProxyType({})
 CODES = {STUCK: CRITICAL, STALLING: WARNING}

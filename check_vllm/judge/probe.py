@@ -12,7 +12,7 @@ sight" counts, and it must hold over the same readings and seconds as every othe
 
 from __future__ import annotations
 
-from check_vllm.contract.instants import Instant
+from check_vllm.contract.instants import Instant, instant
 from check_vllm.contract.kept import Footprint, Memory, Remembered
 from check_vllm.contract.values import (
     ANSWERED,
@@ -30,7 +30,7 @@ from check_vllm.contract.vocab import BUSY, CONFIRM, CRITICAL, DOWN, IDLE, OK, S
 from check_vllm.judge import wording
 from check_vllm.judge.assess import finish, keep, new_process, signals_differ
 from check_vllm.judge.compare import counted, gauges, moved_engines, restart_reason
-from check_vllm.judge.proof import extend, instant, lasted, proven
+from check_vllm.judge.proof import extend, lasted, proven
 
 
 def _amend(verdict: Verdict, memory: Memory, word: str, code: int, text: str, now: Instant,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from check_vllm.contract.instants import Instant
+from check_vllm.contract.instants import Instant, elapsed, instant
 from check_vllm.contract.kept import Footprint, Memory, Remembered, Streak
 from check_vllm.contract.values import (
     ANSWERED,
@@ -46,7 +46,6 @@ from check_vllm.contract.vocab import (
 from check_vllm.judge import wording
 from check_vllm.judge.assess import finish
 from check_vllm.judge.compare import Rates, gauges, moved_engines, restart_reason
-from check_vllm.judge.proof import elapsed, instant
 
 _STALLED = (STALLING, STUCK)
 #: The fault-tolerance states of an engine vLLM holds for recovery (EngineCoreSentinel.on_fault); "dead" is not.

@@ -17,7 +17,7 @@ before saw the server up.
 
 from __future__ import annotations
 
-from check_vllm.contract.instants import Instant, seconds_between
+from check_vllm.contract.instants import Instant, elapsed, instant, seconds_between
 from check_vllm.contract.kept import NO_PROCESS, Memory, Starts, Stopping
 from check_vllm.contract.values import MODELS_ANSWERED, MODELS_OK, Evidence, Failure, ServerProcess
 from check_vllm.contract.verdict import Verdict
@@ -37,9 +37,9 @@ from check_vllm.contract.vocab import (
     WARNING,
     Settings,
 )
-from check_vllm.judge import wording
+from check_vllm.judge import process_words, wording
 from check_vllm.judge.assess import finish
-from check_vllm.judge.proof import elapsed, extend, instant, lasted, proven
+from check_vllm.judge.proof import extend, lasted, proven
 
 #: Failures the host's process can explain (a loading, stopping or restarting server).
 LIFECYCLE = (DOWN, UNRESPONSIVE, NO_METRICS)
@@ -93,10 +93,10 @@ def _loading(memory: Memory, process: ServerProcess, detail: str, settings: Sett
     age = max(elapsed(process.started, now) or 0.0, 0.0)
     if starts.seen >= settings.crash_starts:
         span = max(elapsed(starts.since, now) or 0.0, 0.0)
-        return finish(memory, DOWN, CRITICAL, wording.crash_loop(starts.seen, span, process, detail), None, now)
+        return finish(memory, DOWN, CRITICAL, process_words.crash_loop(starts.seen, span, process, detail), None, now)
     if age <= settings.start_grace:
-        return finish(memory, STARTING, WARNING, wording.loading(process, age, settings.start_grace, detail), None, now)
-    return finish(memory, DOWN, CRITICAL, wording.never_served(process, age, settings.start_grace, detail), None, now)
+        return finish(memory, STARTING, WARNING, process_words.loading(process, age, settings.start_grace, detail), None, now)
+    return finish(memory, DOWN, CRITICAL, process_words.never_served(process, age, settings.start_grace, detail), None, now)
 
 
 def _stopping(memory: Memory, saved: Stopping | None, process: ServerProcess, detail: str, settings: Settings,
@@ -110,9 +110,9 @@ def _stopping(memory: Memory, saved: Stopping | None, process: ServerProcess, de
     memory = memory._replace(stopping=saved._replace(gone=None))
     span = max(elapsed(saved.since, now) or 0.0, 0.0)
     if span <= settings.stop_grace:
-        return finish(memory, STOPPING, WARNING, wording.stopping(process, span, settings.stop_grace, detail),
+        return finish(memory, STOPPING, WARNING, process_words.stopping(process, span, settings.stop_grace, detail),
                       None, now)
-    return finish(memory, DOWN, CRITICAL, wording.stopped_too_long(process, span, settings.stop_grace, detail),
+    return finish(memory, DOWN, CRITICAL, process_words.stopped_too_long(process, span, settings.stop_grace, detail),
                   None, now)
 
 
@@ -128,7 +128,7 @@ def _stop_goes_on(memory: Memory, saved: Stopping, detail: str, settings: Settin
             or not 0.0 <= gap <= settings.respawn_grace:
         return None
     return finish(memory._replace(stopping=saved), STOPPING, WARNING,
-                  wording.stopping_exited(saved.pid, span, settings.stop_grace, detail), None, now)
+                  process_words.stopping_exited(saved.pid, span, settings.stop_grace, detail), None, now)
 
 
 def _was_up(memory: Memory) -> bool:
@@ -160,12 +160,12 @@ def _host_explains(memory: Memory, saved: Stopping | None, evidence: Evidence, d
             return held
     if seen_gone and _first_look(memory, saved, evidence.second_look):
         doubt = Stopping(now, NO_PROCESS, now)
-        return finish(memory._replace(stopping=doubt), STOPPING, WARNING, wording.gone_look_again(detail), None,
+        return finish(memory._replace(stopping=doubt), STOPPING, WARNING, process_words.gone_look_again(detail), None,
                       now, action=LOOK_AGAIN)
     marker = instant(evidence.marker) if evidence.marker is not None else None
     since = _since_marker(marker, memory, now, settings)  # no process seen: what the handler knows
     if since is not None:
-        return finish(memory, STARTING, WARNING, wording.starting(since, detail), None, now)
+        return finish(memory, STARTING, WARNING, process_words.starting(since, detail), None, now)
     return None
 
 
@@ -173,10 +173,10 @@ def _not_the_server(memory: Memory, failure: Failure, second_look: bool, now: In
     """UNKNOWN: the monitoring side cannot reach it, or the peer does not speak HTTP. A reset before any
     answer right after the server served is looked at again: a listener closing under a queued connection."""
     if failure.kind == UNREACHABLE or failure.models == UNREACHABLE:
-        return finish(memory, UNREACHABLE, UNKNOWN, wording.unreachable(failure.detail), None, now)
+        return finish(memory, UNREACHABLE, UNKNOWN, process_words.unreachable(failure.detail), None, now)
     if failure.kind == PROTOCOL or failure.models == PROTOCOL:
         again = LOOK_AGAIN if _was_up(memory) and not second_look else None
-        return finish(memory, PROTOCOL, UNKNOWN, wording.not_http(failure.detail), None, now, action=again)
+        return finish(memory, PROTOCOL, UNKNOWN, process_words.not_http(failure.detail), None, now, action=again)
     return None
 
 
@@ -212,7 +212,7 @@ def assess_failure(memory: Memory, evidence: Evidence, settings: Settings, now: 
     if unknown is not None:
         return unknown
     if failure.dead_engine:  # its API server says so: down whatever the host shows (no stop; a restart cures it)
-        return finish(memory._replace(engine_dead=now), DOWN, CRITICAL, wording.engine_died(failure.detail), None, now)
+        return finish(memory._replace(engine_dead=now), DOWN, CRITICAL, process_words.engine_died(failure.detail), None, now)
     if failure.kind == PROXY:
         return _answered(memory, failure, PROXY, streaking, settings, now)
     detail = failure.detail

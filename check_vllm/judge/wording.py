@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Streak
 from check_vllm.contract.safe_text import clean
-from check_vllm.contract.values import EngineFault, Reading, ServerProcess
+from check_vllm.contract.values import EngineFault, Reading
 from check_vllm.contract.vocab import STALLING, STUCK, Settings
 from check_vllm.judge.compare import Gauges
 from check_vllm.judge.proof import lasted
@@ -103,33 +103,6 @@ def unresponsive(detail: str, streak: Streak, now: Instant) -> str:
     return f"{detail} (for {seconds(lasted(streak, now))}, {readings(streak.readings)} in a row)"
 
 
-def starting(since_restart: float, detail: str) -> str:
-    return f"restarted {seconds(since_restart)} ago, not serving yet ({detail})"
-
-
-def _named(process: ServerProcess) -> str:
-    return f"vLLM process {process.pid}" + (f" (from its {process.how})" if process.how != "command line" else "")
-
-
-def loading(process: ServerProcess, age: float, grace: float, detail: str) -> str:
-    return f"{_named(process)} started {seconds(age)} ago, not serving yet (grace {seconds(grace)}; {detail})"
-
-
-def never_served(process: ServerProcess, age: float, grace: float, detail: str) -> str:
-    return (f"not serving {seconds(age)} after its start ({_named(process)}, grace {seconds(grace)}; "
-            f"{detail})")
-
-
-def stopping(process: ServerProcess, span: float, grace: float, detail: str) -> str:
-    return (f"{_named(process)} served and still lives, refusing for {seconds(span)} (grace {seconds(grace)}; "
-            f"{detail})")
-
-
-def stopping_exited(pid: str, span: float, grace: float, detail: str) -> str:
-    return (f"vLLM process {pid} served, stopped and exited, no new process yet; refusing for {seconds(span)} "
-            f"(grace {seconds(grace)}; {detail})")
-
-
 def paused(how: str, span: float, grace: float, g: Gauges) -> str:
     over = f", longer than the pause grace {seconds(grace)}: still paused on purpose, never restarted" \
         if span > grace else ""
@@ -185,37 +158,9 @@ def recovering(held: tuple[EngineFault, ...], span: float, window: float, within
     return f"{named}{more} (fault-tolerance status), past vLLM's {seconds(window)} recovery window"
 
 
-def gone_look_again(detail: str) -> str:
-    return (f"nothing listens and no vLLM process here, right after it served: a restart between its stop and its "
-            f"start? looking again ({detail})")
-
-
-def stopped_too_long(process: ServerProcess, span: float, grace: float, detail: str) -> str:
-    return (f"refusing {seconds(span)} while {_named(process)} lives (it served; stop grace {seconds(grace)}; "
-            f"{detail})")
-
-
-def crash_loop(count: float, span: float, process: ServerProcess, detail: str) -> str:
-    return (f"crash loop: {count:g} vLLM processes started in {seconds(span)}, none has served "
-            f"(newest {process.pid}; {detail})")
-
-
-def unreachable(detail: str) -> str:
-    return f"{detail}: the monitoring side cannot reach the server; a restart would not help"
-
-
-def not_http(detail: str) -> str:
-    return (f"{detail}: the server does not speak HTTP as asked (an https port behind an http:// URL? a header "
-            "too long?); a restart would not help")
-
-
 def balancer(evidence: str) -> str:
     return (f"/metrics comes from more than one server process in turn (this reading continues {evidence}): "
             "the URL looks like a load balancer; check it with --proxy, and check each backend directly")
-
-
-def engine_died(detail: str) -> str:
-    return f"engine died ({detail})"
 
 
 # --------------------------------------------------------------------------- the idle probe
