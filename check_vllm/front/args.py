@@ -80,7 +80,7 @@ def read_api_key(path: str | None) -> str | None:
     not part of the key; an empty key file is a mistake, not "no key"."""
     import os
 
-    from check_vllm.server.fetch import unsendable  # here: the check's start-up does not pay for httpx twice
+    from check_vllm.server.fetch_errors import unsendable  # here: the check's start-up does not pay for httpx twice
 
     if path:
         try:

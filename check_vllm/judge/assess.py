@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from check_vllm.contract.instants import Instant, elapsed, instant
 from check_vllm.contract.kept import Baseline, Memory, Remembered, Streak
-from check_vllm.contract.values import PROGRESS_FIELDS, EngineReading, Reading
+from check_vllm.contract.values import EngineReading, Reading
 from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import (
     BALANCER,
@@ -44,36 +44,17 @@ from check_vllm.judge.compare import (
     continues,
     gauges,
     identified,
+    lost_signals,
     moved_engines,
     progressed,
     rates,
     restart_reason,
+    signals_differ,
 )
+from check_vllm.judge.finish import NO_RATES, finish, keep
 from check_vllm.judge.proof import extend, lasted, proven
 
-_NO_STALLS: Mapping[str, Streak] = MappingProxyType({})
 CODES = {STUCK: CRITICAL, STALLING: WARNING}
-NO_RATES = Rates()
-
-
-def finish(memory: Memory, word: str, code: int, text: str, g: Gauges | None, at: Instant, *,
-           action: str | None = None, engines: Mapping[str, str] | None = None, stalled: float | None = None,
-           probe: float | None = None, rate_values: Rates = NO_RATES, unprobed: bool = False) -> Verdict:
-    """The verdict, with itself remembered in the memory it hands on."""
-    engines = MappingProxyType(dict(engines or {}))
-    return Verdict(
-        word=word, code=code, text=text, action=action, engines=engines,
-        memory=memory._replace(last=Remembered(word, code, text, at.wall, engines, unprobed)),
-        running=g.running if g else None, waiting=g.waiting if g else None, kv_cache=g.kv_cache if g else None,
-        stalled_seconds=stalled if stalled is not None else (0.0 if g else None),
-        probe_seconds=probe, **rate_values._asdict(),
-    )
-
-
-def keep(memory: Memory, reading: Reading, now: Instant, stalls: Mapping[str, Streak] = _NO_STALLS) -> Memory:
-    """The reading becomes the baseline; the probe footprint it may have explained is spent."""
-    return memory._replace(baseline=Baseline(reading, now), previous=memory.baseline,
-                           stalls=MappingProxyType(dict(stalls)), probe=None)
 
 
 def _idle(memory: Memory, reading: Reading, g: Gauges, now: Instant, words: Mapping[str, str] | None = None,
@@ -132,22 +113,6 @@ def _standing_word(prior: str | None, cur: EngineReading) -> str:
     if cur.work > 0:
         return prior if prior in (STALLING, STUCK) else BUSY
     return IDLE if prior in WORKING or prior is None else prior
-
-
-def families(e: EngineReading) -> frozenset[str]:
-    """The progress families a page carries for this engine."""
-    return frozenset(f for f in PROGRESS_FIELDS if getattr(e, f) is not None)
-
-
-def lost_signals(p: EngineReading, c: EngineReading) -> bool:
-    """A page without a progress family the previous one had cannot show that family standing still."""
-    return not families(p) <= families(c)
-
-
-def signals_differ(p: EngineReading, c: EngineReading) -> bool:
-    """Two pages that do not carry the same progress families: a family on one side only could have moved
-    unseen, so standing still on the others proves nothing."""
-    return families(p) != families(c)
 
 
 def _engine(name: str, base: Baseline, cur: EngineReading, memory: Memory, gap: float, now: Instant,

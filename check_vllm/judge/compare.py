@@ -138,3 +138,19 @@ def rates(prev: Reading, cur: Reading, gap: float, allowed: dict[str, float]) ->
         rate(prev, cur, "prompt_tokens", gap, allowed.get("prompt_tokens", 0.0)),
         rate(prev, cur, "steps", gap, allowed.get("steps", 0.0)),
     )
+
+
+def families(e: EngineReading) -> frozenset[str]:
+    """The progress families a page carries for this engine."""
+    return frozenset(f for f in PROGRESS_FIELDS if getattr(e, f) is not None)
+
+
+def lost_signals(p: EngineReading, c: EngineReading) -> bool:
+    """A page without a progress family the previous one had cannot show that family standing still."""
+    return not families(p) <= families(c)
+
+
+def signals_differ(p: EngineReading, c: EngineReading) -> bool:
+    """Two pages that do not carry the same progress families: a family on one side only could have moved
+    unseen, so standing still on the others proves nothing."""
+    return families(p) != families(c)

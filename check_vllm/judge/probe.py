@@ -28,8 +28,9 @@ from check_vllm.contract.values import (
 from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import BUSY, CONFIRM, CRITICAL, DOWN, IDLE, OK, STALLING, STUCK, WARNING, Settings
 from check_vllm.judge import wording
-from check_vllm.judge.assess import finish, keep, new_process, signals_differ
-from check_vllm.judge.compare import counted, gauges, moved_engines, restart_reason
+from check_vllm.judge.assess import new_process
+from check_vllm.judge.compare import counted, gauges, moved_engines, restart_reason, signals_differ
+from check_vllm.judge.finish import finish, keep
 from check_vllm.judge.proof import extend, lasted, proven
 
 

@@ -44,8 +44,8 @@ from check_vllm.contract.vocab import (
     Settings,
 )
 from check_vllm.judge import wording
-from check_vllm.judge.assess import finish
 from check_vllm.judge.compare import Rates, gauges, moved_engines, restart_reason
+from check_vllm.judge.finish import finish
 
 _STALLED = (STALLING, STUCK)
 #: The fault-tolerance states of an engine vLLM holds for recovery (EngineCoreSentinel.on_fault); "dead" is not.

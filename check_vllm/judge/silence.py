@@ -38,7 +38,7 @@ from check_vllm.contract.vocab import (
     Settings,
 )
 from check_vllm.judge import process_words, wording
-from check_vllm.judge.assess import finish
+from check_vllm.judge.finish import finish
 from check_vllm.judge.proof import extend, lasted, proven
 
 #: Failures the host's process can explain (a loading, stopping or restarting server).

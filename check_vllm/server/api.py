@@ -38,7 +38,8 @@ from check_vllm.contract.values import (
 )
 from check_vllm.contract.vocab import DOWN, NO_METRICS, PROTOCOL, UNREACHABLE, UNRESPONSIVE
 from check_vllm.server import reading
-from check_vllm.server.fetch import Endpoint, FetchError, request
+from check_vllm.server.fetch import Endpoint, request
+from check_vllm.server.fetch_errors import FetchError
 from check_vllm.server.reading import NotMetrics, parse
 
 PROBE_PROMPT = "Hi"

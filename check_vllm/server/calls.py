@@ -19,7 +19,8 @@ from check_vllm.contract.instants import Instant, elapsed, instant
 from check_vllm.contract.values import ENGINE_DEAD, NO_ANSWER, REJECTED, Failure, ProbeOutcome, Reading
 from check_vllm.contract.vocab import NO_METRICS, RUN_TIMEOUT, Options
 from check_vllm.server import api
-from check_vllm.server.fetch import Endpoint, FetchError
+from check_vllm.server.fetch import Endpoint
+from check_vllm.server.fetch_errors import FetchError
 
 #: Seconds a server that failed the restricted read is read by its whole page before it is asked again.
 RESTRICTED_RETRY = 3600.0

@@ -12,7 +12,8 @@ import httpx
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import NO_PAUSE_ROUTE, PAUSE_UNKNOWN, Checkpoint, EngineFault
 from check_vllm.server.api import HEALTH_TIMEOUT  # vLLM answers both from state its API server holds
-from check_vllm.server.fetch import Endpoint, FetchError, request
+from check_vllm.server.fetch import Endpoint, request
+from check_vllm.server.fetch_errors import FetchError
 
 #: vLLM's CheckpointState values (vllm/v1/engine/__init__.py, 0.34).
 CHECKPOINT_STATES = ("running", "preparing", "prepared", "restoring", "failed")
