@@ -18,12 +18,12 @@ import struct
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 from urllib.parse import parse_qs, urlsplit
 
-from . import openai_api, page
+from . import control, openai_api, page, routes
 from .engine import Outcome
-from .scenarios import BY_NAME, SCENARIOS, MetricsAnswer, parse_switch
+from .scenarios import MetricsAnswer
 
 if TYPE_CHECKING:
     from .core import Simulator
@@ -33,44 +33,6 @@ if TYPE_CHECKING:
 #: How often waiting code looks again: the serve loop's poll, a queued request's check for a hung-up client.
 WAIT_SLICE_SECONDS: Final = 0.05
 _MAX_BODY_BYTES: Final = 1 << 20
-_METRICS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
-_HTML_ERROR_PAGE: Final = (
-    b"<html><body><h1>502 Bad Gateway</h1>\n"
-    b"<p>The server returned an invalid or incomplete response.</p>\n"
-    b"<hr><center>nginx</center></body></html>\n"
-)
-#: prometheus_client's app, mounted at /metrics/ beside vLLM's own /metrics route.
-_RESTRICTABLE: Final = "/metrics/"
-_KNOWN_ROUTES: Final[Mapping[str, str]] = MappingProxyType({
-    "/metrics": "GET",
-    _RESTRICTABLE: "GET",
-    "/health": "GET",
-    "/is_paused": "GET",
-    "/checkpoint/status": "GET",
-    "/v1/fault_tolerance/status": "GET",
-    "/fault_tolerance/status": "GET",
-    "/v1/models": "GET",
-    "/v1/completions": "POST",
-    "/v1/chat/completions": "POST",
-})
-
-
-class _Canned(NamedTuple):
-    """A fixed answer; ``handler`` is its http_requests_total label ("none": a route the server lacks)."""
-
-    status: int
-    body: bytes
-    content_type: str
-    handler: str
-
-
-#: What /metrics answers when the scenario says it does not serve the page.
-_CANNED_METRICS: Final[Mapping[MetricsAnswer, _Canned]] = MappingProxyType({
-    MetricsAnswer.NOT_FOUND: _Canned(404, b'{"detail": "Not Found"}', "application/json", "none"),
-    MetricsAnswer.HTML_200: _Canned(200, _HTML_ERROR_PAGE, "text/html", "/metrics"),
-    MetricsAnswer.HTTP_500: _Canned(500, b"Internal Server Error", "text/plain; charset=utf-8", "/metrics"),
-    MetricsAnswer.HTTP_502: _Canned(502, _HTML_ERROR_PAGE, "text/html", "/metrics"),
-})
 
 
 _NO_HEADERS: Final[Mapping[str, str]] = MappingProxyType({})
@@ -206,63 +168,30 @@ class Handler(BaseHTTPRequestHandler):
         if self._proc.is_gone():
             self._drop()
             return
-        expected = _KNOWN_ROUTES.get(path)
+        expected = routes.KNOWN.get(path)
         if expected is None:
             self._send_json(404, {"detail": "Not Found"}, handler="none")
         elif expected != self.command:
             self._send_json(405, {"detail": "Method Not Allowed"}, handler=path)
         elif path == "/metrics":
             self._metrics()
-        elif path == _RESTRICTABLE:
+        elif path == routes.RESTRICTABLE:
             self._metrics(mounted=True, names=parse_qs(target.query).get("name[]"))
         elif path == "/health":  # vLLM's answer: 200 or, for a dead engine, 503, both with an empty body
             self._send(503 if self._proc.entry().engine_dead else 200, b"", "application/json", handler=path)
-        elif path == "/is_paused":  # vLLM's dev-mode route: 404 unless the scenario is a pause
-            if self._proc.entry().paused:
-                self._send_json(200, {"is_paused": True}, handler=path)
-            else:
-                self._send_json(404, {"detail": "Not Found"}, handler="none")
-        elif path == "/checkpoint/status":
-            self._checkpoint(path)
-        elif path.endswith("/fault_tolerance/status"):
-            self._fault_status(path)
+        elif path in routes.HELD:
+            status, payload, handler = routes.held(path, self._proc.entry(), sim.engines)
+            self._send_json(status, payload, handler=handler)
         elif path == "/v1/models":
             self._send_json(200, openai_api.models_payload(sim.model, sim.process_start_time), handler=path)
         else:
             self._completion(path, body)
 
-    def _checkpoint(self, path: str) -> None:
-        """vLLM 0.34's GET /checkpoint/status (vllm/entrypoints/serve/checkpoint/api_router.py checkpoint_status):
-        200 prepared, 500 failed, 503 otherwise; 404 without --enable-sleep-mode (the scenario has no state)."""
-        state = self._proc.entry().checkpoint
-        if state is None:
-            self._send_json(404, {"detail": "Not Found"}, handler="none")
-            return
-        body: dict[str, str] = {"state": state}
-        if state == "failed":
-            body["error"] = "CUDA error: out of memory"
-        self._send_json({"prepared": 200, "failed": 500}.get(state, 503), body, handler=path)
-
-    def _fault_status(self, path: str) -> None:
-        """GET /v1/fault_tolerance/status (0.34; /fault_tolerance/status on 0.33), served only with
-        --enable-fault-tolerance: vllm/v1/engine/core_client.py get_status, each engine's entry as
-        EngineCoreSentinel._push_status writes it."""
-        entry = self._proc.entry()
-        if entry.fault_route != path:
-            self._send_json(404, {"detail": "Not Found"}, handler="none")
-            return
-        faulted = {engine: (status, info) for engine, status, info in entry.faults}
-        engines = []
-        for engine in range(self._sim.engines):
-            status, info = faulted.get(engine, ("healthy", ""))
-            engines.append({"id": engine, "status": status, **({"fault_info": info} if info else {})})
-        self._send_json(200, {"schema_version": 1, "total_engines": len(engines), "engines": engines}, handler=path)
-
     def _metrics(self, *, mounted: bool = False, names: list[str] | None = None) -> None:
         """The page; ``mounted``: as prometheus_client's app serves it, only the samples in ``names`` if given."""
         sim = self._sim
         answer = self._proc.entry().metrics
-        canned = _CANNED_METRICS.get(answer)
+        canned = routes.CANNED_METRICS.get(answer)
         if canned is not None:
             self._send(canned.status, canned.body, canned.content_type, handler=canned.handler)
             return
@@ -275,13 +204,13 @@ class Handler(BaseHTTPRequestHandler):
             self._drop()
             return
         if not mounted:
-            self._send(200, sim.metrics_text(), _METRICS_CONTENT_TYPE, handler="/metrics")
+            self._send(200, sim.metrics_text(), routes.METRICS_CONTENT_TYPE, handler="/metrics")
             return
         body = sim.metrics_text(names or ())
         headers: dict[str, str] = {}
         if page.gzip_accepted(self.headers.get("Accept-Encoding") or ""):
             body, headers = gzip.compress(body), {"Content-Encoding": "gzip"}
-        self._send(200, body, _METRICS_CONTENT_TYPE, handler="/metrics", headers=headers)
+        self._send(200, body, routes.METRICS_CONTENT_TYPE, handler="/metrics", headers=headers)
 
     def _completion(self, path: str, raw: bytes) -> None:
         sim = self._sim
@@ -314,38 +243,8 @@ class Handler(BaseHTTPRequestHandler):
     # --- control -----------------------------------------------------------------------------------------------
 
     def _control(self, path: str, raw: bytes) -> None:
-        """``/_sim/*``: steer the simulator from another process. Never recorded, never counted."""
-        sim = self._sim
-        if path == "/_sim/requests" and self.command == "GET":
-            log = [{"method": r.method, "path": r.path, "at": r.at} for r in sim.requests()]
-            self._send_json(200, log)
-        elif path == "/_sim/scenario" and self.command == "GET":
-            self._send_json(200, {"scenario": sim.scenario})
-        elif path == "/_sim/scenario" and self.command == "POST":
-            self._set_scenario(raw)
-        elif path == "/_sim/restart" and self.command == "POST":
-            sim.restart()
-            self._send_json(200, {"restarted": True, "process_start_time_seconds": sim.process_start_time})
-        elif path == "/_sim/clear" and self.command == "POST":
-            sim.clear_requests()
-            self._send_json(200, {"cleared": True})
-        else:
-            self._send_json(404, {"detail": "Not Found"})
-
-    def _set_scenario(self, raw: bytes) -> None:
-        """``POST /_sim/scenario`` with ``{"scenario": name, "seconds": s, "then": name}`` (the last two optional)."""
-        try:
-            name, seconds, then = parse_switch(raw)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            self._send_json(400, {"error": str(exc), "scenarios": list(SCENARIOS)})
-            return
-        if not BY_NAME[name].listening:
-            # The listener is closed before we answer, so a client that reconnects right after the answer is
-            # refused; this connection is spared and closed after the answer.
+        """``/_sim/*``: steer the simulator from another process (vllm_simulator.control). Never recorded."""
+        status, payload, close = control.answer(self._sim, self.command, path, raw, self.connection)
+        if close:
             self.close_connection = True
-        try:
-            self._sim._set_scenario(name, seconds=seconds, then=then, keep=self.connection)
-        except ValueError as exc:
-            self._send_json(400, {"error": str(exc), "scenarios": list(SCENARIOS)})
-            return
-        self._send_json(200, {"scenario": name})
+        self._send_json(status, payload)
