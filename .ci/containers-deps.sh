@@ -4,7 +4,8 @@
 # busybox-static (the one binary of the image the tier builds locally: no registry is reachable),
 # Debian's python3.11 (the python3 of the base image the shipped contrib/docker/Dockerfile is built on,
 # tests/containers/image.py), util-linux's setpriv, unshare and nsenter (the kubelet rig's container and
-# exec probes, tests/containers/kubelet.py) and the real vLLM CPU build (.ci/vllm-env.sh). Idempotent:
+# exec probes, tests/containers/kubelet.py), Debian's docker-compose 1.29.2 (runs contrib/docker/compose.yaml as
+# shipped, tests/containers/test_compose.py) and the real vLLM CPU build (.ci/vllm-env.sh). Idempotent:
 # apt-get runs only for what is missing.
 #
 #   .ci/containers-deps.sh      # needs root (apt-get); exits non-zero when anything is missing after
@@ -26,12 +27,16 @@ have_busybox() { [ -x /bin/busybox ] && /bin/busybox sh -c 'exit 0' && ! ldd /bi
 
 have_python() { [ -x /usr/bin/python3.11 ] && command -v ldd >/dev/null; }
 have_util_linux() { command -v setpriv >/dev/null && command -v unshare >/dev/null && command -v nsenter >/dev/null; }
+# Debian's (Python) docker-compose at its own path: a compose v2 plugin or another docker-compose on PATH is not
+# what the tier runs
+have_compose() { [ -x /usr/bin/docker-compose ] && /usr/bin/docker-compose version --short >/dev/null 2>&1; }
 
 missing=()
 have_docker || missing+=(docker.io)
 have_busybox || missing+=(busybox-static)
 have_python || missing+=(python3.11-minimal python3.11 libc-bin)
 have_util_linux || missing+=(util-linux)
+have_compose || missing+=(docker-compose)
 if [ ${#missing[@]} -gt 0 ]; then
     source "$HERE/apt-install.sh"
     apt_install containers-deps "${missing[@]}" || exit 1
@@ -40,7 +45,8 @@ have_docker || die "installed docker.io, but /usr/sbin/dockerd, /usr/bin/docker,
 have_busybox || die "installed busybox-static, but /bin/busybox is not a static busybox with sh"
 have_python || die "installed python3.11, but /usr/bin/python3.11 (or ldd) is missing"
 have_util_linux || die "installed util-linux, but setpriv, unshare or nsenter is missing"
-log "present: $(/usr/sbin/dockerd --version), $(/bin/busybox | head -1)"
+have_compose || die "installed docker-compose, but /usr/bin/docker-compose does not run: $(/usr/bin/docker-compose version 2>&1 | tail -3)"
+log "present: $(/usr/sbin/dockerd --version), docker-compose $(/usr/bin/docker-compose version --short), $(/bin/busybox | head -1)"
 
 # vllm-env.sh prints the venv path on stdout (its last line): keep it off ours, tox shows stderr.
 bash "$HERE/vllm-env.sh" >&2 || die ".ci/vllm-env.sh (the vLLM CPU venv) failed"

@@ -149,10 +149,10 @@ def build_wheel(context: Path) -> Path:
     return wheels[0]
 
 
-def build_shipped_image(d: Dockerd, context: Path, base: str) -> tuple[str | None, str]:
-    """`docker build -f contrib/docker/Dockerfile --build-arg VLLM_IMAGE=BASE CONTEXT`: the tag (None when the
-    build failed) and the build's output. The RUN steps get no network (`--network none`)."""
+def build_shipped_image(d: Dockerd, context: Path, base: str, tag: str = SHIPPED_IMAGE) -> tuple[str | None, str]:
+    """`docker build -f contrib/docker/Dockerfile --build-arg VLLM_IMAGE=BASE -t TAG CONTEXT`: the tag (None when
+    the build failed) and the build's output. The RUN steps get no network (`--network none`)."""
     r = d.run("build", "--network", "none", "-f", str(DOCKERFILE), "--build-arg", f"VLLM_IMAGE={base}",
-              "-t", SHIPPED_IMAGE, str(context), timeout=600, check=False)
+              "-t", tag, str(context), timeout=600, check=False)
     log = r.stdout + r.stderr + (f"\n(docker build exit {r.returncode})" if r.returncode else "")
-    return (SHIPPED_IMAGE if r.returncode == 0 else None), log
+    return (tag if r.returncode == 0 else None), log

@@ -71,10 +71,13 @@ def parse_time(text: str) -> float:
 # --------------------------------------------------------------------------- dockerd
 
 class Dockerd:
-    """dockerd with everything of its own under `root` (a short path: unix socket paths are limited)."""
+    """dockerd with everything of its own under `root` (a short path: unix socket paths are limited).
+    `path_first`: directories put before PATH in dockerd's environment (dockerd looks some helpers up on its PATH
+    once, as it starts: e.g. nvidia-container-runtime-hook, which registers its `nvidia` device driver)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, path_first: tuple[Path, ...] = ()) -> None:
         self.root = root
+        self.path_first = path_first
         self.data = root / "data"
         self.exec_root = root / "x"
         self.sock = root / "docker.sock"
@@ -104,8 +107,11 @@ class Dockerd:
         self.root.mkdir(parents=True, exist_ok=True)
         argv = [DOCKERD, "--data-root", str(self.data), "--exec-root", str(self.exec_root),
                 "--host", self.host, "--pidfile", str(self.pidfile), "--iptables=false", "--bridge=none"]
+        env = dict(os.environ)
+        if self.path_first:
+            env["PATH"] = os.pathsep.join([*map(str, self.path_first), env.get("PATH", os.defpath)])
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=open(self.log, "wb"),
-                                     stderr=subprocess.STDOUT, start_new_session=True, cwd=str(self.root))
+                                     stderr=subprocess.STDOUT, start_new_session=True, cwd=str(self.root), env=env)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
