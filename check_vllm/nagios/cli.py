@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from check_vllm import __version__
 from check_vllm.contract.probes import REUSE_MAX, REUSE_OPTION
@@ -16,6 +16,9 @@ from check_vllm.contract.vocab import CODE_NAMES, RUN_TIMEOUT, SETTINGS, UNKNOWN
 from check_vllm.front import option_table, statusline
 from check_vllm.front.args import Deadline, Parser, UsageError, check_url, number, read_api_key
 from check_vllm.front.option_table import CHECK
+
+if TYPE_CHECKING:
+    from check_vllm.contract.probes import Answer
 
 PROG = CHECK
 
@@ -146,6 +149,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     kind = kind_in(given)
     if kind is None:  # a plain check never loads the probe's glue
         _check(argv)
+        sys.exit(UNKNOWN)
     agent, aside = agent_in(given), ""
     if agent is not None and kind in KINDS:  # asked before anything heavy is imported: that is its whole worth
         from check_vllm.nagios import ask
@@ -161,7 +165,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     probe.guard(kind, lambda: _check(argv), probe.verbose_in(given), aside)
 
 
-def _check(argv: list[str] | None = None) -> NoReturn:
+def _check(argv: list[str] | None = None) -> Answer:
+    """The check's run; with --probe, the probe's answer is returned (check_vllm.nagios.probe.guard prints it).
+    A plain check ends in the plugin API's exit, never returns."""
     started = time.monotonic()
     statusline.prepare()  # LC_ALL=C or PYTHONIOENCODING=ascii: a model id in another script must not crash the output
     lean_imports()
@@ -185,20 +191,20 @@ def _check(argv: list[str] | None = None) -> NoReturn:
 
         state_dir = Path(args.state_dir) if args.state_dir else default_dir()
         if args.probe and args.reuse_verdict:  # before httpx is imported: a reused verdict costs a start and a file
-            from check_vllm.nagios.probe import Answered, answer_saved
+            from check_vllm.nagios.probe import answer_saved
 
             waiting_for[0] = "the saved verdict"
             reply = answer_saved(args.probe, state_dir, args.url, args.proxy, args.reuse_verdict)
             if reply is not None:
-                raise Answered(reply)
+                return reply
         _validate_texts(args)
-        from check_vllm.nagios.plugin import build
-
         run = _run(args, state_dir, started, lambda what: waiting_for.__setitem__(0, what))
         if args.probe:
             from check_vllm.nagios.probe import answer_run
 
-            answer_run(args.probe, run)
+            return answer_run(args.probe, run)
+        from check_vllm.nagios.plugin import build
+
         check = build(run, (args.waiting_warning, args.waiting_critical), (args.kv_warning, args.kv_critical))
         check.main(verbose=args.verbose, timeout=0)
     except UsageError as err:
@@ -218,8 +224,8 @@ def _check(argv: list[str] | None = None) -> NoReturn:
 def _run(args: argparse.Namespace, state_dir: Path, started: float, doing: Any) -> Any:
     """The Run the command line decides; the API key and CA file are read here, under the run's alarm."""
     from check_vllm.contract.vocab import LOCK_TIMEOUT
-    from check_vllm.nagios.plugin import Run
     from check_vllm.server.fetch import Endpoint
+    from check_vllm.session import Run
 
     doing("the API key file" if args.api_key_file else "start-up")
     api_key = read_api_key(args.api_key_file)  # inside the alarm: a FIFO or a hung mount must not block forever

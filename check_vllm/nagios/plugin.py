@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, NamedTuple
+from collections.abc import Iterator
+from typing import Any
 
 import nagiosplugin
 from nagiosplugin.performance import Performance
 
-from check_vllm.contract.instants import Instant
-from check_vllm.contract.kept import Memory
 from check_vllm.contract.numbers import finite
 from check_vllm.contract.verdict import Verdict
-from check_vllm.contract.vocab import CRITICAL, LOCK_TIMEOUT, OK, PERFDATA, UNKNOWN, WARNING, Options, Settings
+from check_vllm.contract.vocab import CRITICAL, OK, PERFDATA, UNKNOWN, WARNING
 from check_vllm.front import statusline
-from check_vllm.memory import codec as memory
-from check_vllm.memory.marker import load_marker, marker_path
-from check_vllm.memory.statefile import StateBusy, StateError, StateFile, StateRefused, check_file
-from check_vllm.observe import observe
-from check_vllm.server import clock
-from check_vllm.server.fetch import Endpoint
+from check_vllm.session import Outcome, Run, session
 
 _STATES = {OK: nagiosplugin.Ok, WARNING: nagiosplugin.Warn, CRITICAL: nagiosplugin.Critical,
            UNKNOWN: nagiosplugin.Unknown}
@@ -40,68 +32,28 @@ def _unit(metric: nagiosplugin.Metric) -> str:
     return metric.uom if metric.value is not None else ""  # "U", never "U%"
 
 
-class Run(NamedTuple):
-    """Everything one run needs, decided by the command line."""
-
-    endpoint: Endpoint
-    settings: Settings
-    options: Options
-    state_dir: Path
-    deadline: float  # monotonic
-    lock_timeout: float = LOCK_TIMEOUT
-    doing: Callable[[str], None] = lambda what: None
-
-
 class Server(nagiosplugin.Resource):
-    """Observes one vLLM server and carries the state file across the observation."""
+    """One run of the check (check_vllm.session) as nagiosplugin's Resource: the verdict and its perfdata."""
 
-    def __init__(self, run: Run, alone_when_refused: bool = False) -> None:
+    def __init__(self, run: Run) -> None:
         self.run = run
-        self.state_note = ""
-        self.save_failed = False
-        self.unsaved = ""  # why the state was not saved (the probe passes in spite of it)
-        self.served_before = False
-        #: A probe judges a run alone in a refused state directory, reading nothing there: its startup must not
-        #: spend the orchestrator's budget on a server it reads serving (the check says UNKNOWN instead).
-        self.alone_when_refused = alone_when_refused
+        self.outcome: Outcome | None = None
 
     @property
     def name(self) -> str:
         return "VLLM"
 
+    @property
+    def save_failed(self) -> bool:
+        return bool(self.outcome and self.outcome.unsaved)
+
     def probe(self) -> Iterator[nagiosplugin.Metric]:
-        run = self.run
-        store = check_file(run.state_dir, run.endpoint.url, run.options.proxy, run.lock_timeout)
-        run.doing("the state file lock")
-        unsaved = refused = ""
-        try:
-            store.lock()
-        except StateRefused as err:  # what is in it may be another user's: read nothing there
-            if not self.alone_when_refused:
-                raise nagiosplugin.CheckError(str(err)) from None
-            refused = unsaved = f"{err}; judged on this run alone (a stall cannot be proven across runs)"
-        except StateBusy as err:
-            raise nagiosplugin.CheckError(str(err)) from None
-        except StateError as err:  # no lock can be made there: judge this run alone, and say so
-            unsaved = _blind(str(err))
-        try:
-            remembered, marker, unsaved = self._recall(store, unsaved) if not refused else (Memory(), None,
-                                                                                             unsaved)
-            with run.endpoint.client() as client:
-                verdict = observe(client, run.endpoint, remembered, run.settings, run.options,
-                                  deadline=run.deadline, marker=marker, doing=run.doing).verdict
-            run.doing("writing the state file")
-            if not unsaved:
-                try:
-                    store.save(memory.to_json(verdict.memory))
-                except StateError as err:
-                    unsaved = f"state not saved: {err}"
-            if unsaved:
-                self.save_failed = True
-                self.unsaved = unsaved
-                self.state_note = "; ".join(filter(None, (self.state_note, unsaved)))
-        finally:
-            store.unlock()
+        outcome = self.outcome = session(self.run)
+        if outcome.error is not None:
+            raise outcome.error
+        if outcome.verdict is None:  # the state lock held past its wait, a state directory refused
+            raise nagiosplugin.CheckError(outcome.fault)
+        verdict = outcome.verdict
         yield nagiosplugin.Metric("verdict", verdict, context="verdict")
         for label, uom, attr, *_ in PERFDATA:
             value = getattr(verdict, attr)
@@ -109,25 +61,8 @@ class Server(nagiosplugin.Resource):
                 continue
             context = label if label in ("waiting", "kv_cache_usage") else "perf"
             yield nagiosplugin.Metric(label, value, uom, min=0, max=100 if uom == "%" else None, context=context)
-        yield nagiosplugin.Metric("state_file", self.state_note, context="state_file")
-
-
-    def _recall(self, store: StateFile, unsaved: str) -> tuple[Memory, Instant | None, str]:
-        """The memory, the restart marker and why this run cannot save (then it judges alone)."""
-        run = self.run
-        saved, note = store.load()
-        remembered = memory.from_json(saved)
-        self.served_before = remembered.baseline is not None  # the probe's startup asks (nagios/probe.py)
-        unsaved = unsaved or _blind(store.unwritable())
-        if unsaved:  # a baseline this run cannot replace would compare the server's past, not its present
-            remembered = memory.from_json({})
-        marker, marker_note = load_marker(marker_path(run.state_dir, run.endpoint.url), clock.now())
-        self.state_note = "; ".join(filter(None, (note, marker_note)))
-        return remembered, marker, unsaved
-
-
-def _blind(why: str | None) -> str:
-    return f"state not saved: {why}; judged on this run alone (a stall cannot be proven across runs)" if why else ""
+        yield nagiosplugin.Metric("state_file", "; ".join(filter(None, (outcome.note, outcome.unsaved))),
+                                  context="state_file")
 
 
 class VerdictContext(nagiosplugin.Context):

@@ -24,38 +24,25 @@ def answer(kind: str, seen: Seen) -> Answer:
     return probes.answer(kind if kind in KINDS else probes.LIVENESS, seen)._replace(kind=kind)
 
 
-class Answered(SystemExit):
-    """The probe's answer, raised out of the check's run: a SystemExit, which the run's handlers let through."""
-
-    def __init__(self, reply: Answer) -> None:
-        super().__init__(reply.code)
-        self.reply = reply
-
-
-def answer_run(kind: str, run: object) -> NoReturn:
-    """Observe once, as the check does (state file, lock, memory), and answer as a probe of `kind`; a fault of
-    ours during the run (the lock held too long, our time-out, a bug) is answered with what the state file said."""
-    import nagiosplugin
-
-    from check_vllm.contract.verdict import Verdict
+def answer_run(kind: str, run: object) -> Answer:
+    """Observe once, as the check does (check_vllm.session: state file, lock, memory), and answer as a probe of
+    `kind`; a fault of ours (the lock held too long, our time-out, a bug) is answered with what the state file
+    said of the server (it served before, or not)."""
+    from check_vllm.contract.vocab import UNKNOWN
     from check_vllm.front.args import Deadline
-    from check_vllm.nagios.plugin import Run, Server
+    from check_vllm.session import Run, session
 
     assert isinstance(run, Run)
-    server = Server(run, alone_when_refused=True)
-    try:
-        metrics = {m.name: m.value for m in server.probe()}
-    except nagiosplugin.CheckError as err:  # the state lock held by another run past its wait
-        raise Answered(answer(kind, Seen(fault=str(err), served_before=_served_before(run)))) from None
-    except Deadline as err:
-        raise Answered(answer(kind, Seen(fault=str(err), served_before=server.served_before))) from None
-    except Exception as err:  # noqa: BLE001 - a probe's own bug is never a restart
-        why = f"internal error: {err.__class__.__name__}: {err}"
-        raise Answered(answer(kind, Seen(fault=why, served_before=server.served_before))) from None
-    verdict: Verdict = metrics["verdict"]
-    seen = Seen(verdict.word, verdict.code, verdict.summary, fault=server.unsaved,
-                reading=bool(verdict.engines), served_before=server.served_before)
-    raise Answered(answer(kind, seen))
+    outcome = session(run, alone_when_refused=True)
+    verdict = outcome.verdict
+    if verdict is None:
+        error = outcome.error
+        why = outcome.fault if error is None or isinstance(error, Deadline) else \
+            f"internal error: {error.__class__.__name__}: {error}"
+        return answer(kind, Seen(fault=why, served_before=outcome.served_before))
+    seen = Seen(verdict.word, verdict.code if verdict.code is not None else UNKNOWN, verdict.summary,
+                fault=outcome.unsaved, reading=bool(verdict.engines), served_before=outcome.served_before)
+    return answer(kind, seen)
 
 
 def answer_saved(kind: str, state_dir: Path, url: str, proxy: bool, within: float) -> Answer | None:
@@ -83,17 +70,6 @@ def answer_saved(kind: str, state_dir: Path, url: str, proxy: bool, within: floa
     return probes.reused(kind, seen, time.time() - last.at, within)
 
 
-def _served_before(run: object) -> bool:
-    """Whether the state file keeps a reading, read without the lock another run holds (saves are atomic renames)."""
-    from check_vllm.memory import codec
-    from check_vllm.memory.statefile import check_file
-    from check_vllm.nagios.plugin import Run
-
-    assert isinstance(run, Run)
-    saved, _ = check_file(run.state_dir, run.endpoint.url, run.options.proxy).load()
-    return codec.from_json(saved).baseline is not None
-
-
 def _said(out: str, err: str, code: object) -> str:
     """What the check would have told a scheduler, as the fault a probe passes in spite of."""
     for text in (out, err):
@@ -114,8 +90,8 @@ def verbose_in(argv: Sequence[str]) -> bool:
     return False
 
 
-def guard(kind: str, body: Callable[[], object], verbose: bool = False, aside: str = "") -> NoReturn:
-    """Run the check's `body` as a probe: its answer, or any exit or exception of ours turned into an answer.
+def guard(kind: str, body: Callable[[], Answer | None], verbose: bool = False, aside: str = "") -> NoReturn:
+    """Run the check's `body` as a probe: the answer it returns, or any exit or exception of ours turned into one.
 
     The check's own output (a Nagios line, argparse's usage, a traceback) is held back: the probe prints one
     line of its own. With -v the held-back stderr follows on stderr (the kubelet keeps stdout and stderr
@@ -124,10 +100,8 @@ def guard(kind: str, body: Callable[[], object], verbose: bool = False, aside: s
     reply: Answer
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            body()
-        reply = answer(kind, Seen(fault=_said(out.getvalue(), err.getvalue(), None)))
-    except Answered as done:
-        reply = done.reply
+            given = body()
+        reply = given if given is not None else answer(kind, Seen(fault=_said(out.getvalue(), err.getvalue(), None)))
     except SystemExit as exit_:
         reply = answer(kind, Seen(fault=_said(out.getvalue(), err.getvalue(), exit_.code)))
     except BaseException as exc:  # noqa: BLE001 - a probe's own bug is never a restart

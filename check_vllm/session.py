@@ -1,0 +1,106 @@
+"""One run of the check with its state file: lock, load, the restart marker, observe, save; and what came of it,
+as a plain value that the Nagios adapter (check_vllm.nagios.plugin) and the orchestrator probe
+(check_vllm.nagios.probe) read alike. Nothing here raises for a state file: every fault of ours is in the outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from check_vllm.contract.instants import Instant
+from check_vllm.contract.kept import Memory
+from check_vllm.contract.verdict import Verdict
+from check_vllm.contract.vocab import LOCK_TIMEOUT, Options, Settings
+from check_vllm.memory import codec
+from check_vllm.memory.marker import load_marker, marker_path
+from check_vllm.memory.statefile import StateBusy, StateError, StateFile, StateRefused, check_file
+from check_vllm.observe import observe
+from check_vllm.server import clock
+from check_vllm.server.fetch import Endpoint
+
+ALONE = "judged on this run alone (a stall cannot be proven across runs)"
+
+
+class Run(NamedTuple):
+    """Everything one run needs, decided by the command line."""
+
+    endpoint: Endpoint
+    settings: Settings
+    options: Options
+    state_dir: Path
+    deadline: float  # monotonic
+    lock_timeout: float = LOCK_TIMEOUT
+    doing: Callable[[str], None] = lambda what: None
+
+
+class Outcome(NamedTuple):
+    """What one run came to. `verdict` None: it could not judge, and `fault` says why (the lock held by another
+    run; a refused state directory, for the check). `unsaved`: why the run judged alone and saved nothing.
+    `note`: what the state file and the marker said (a corrupt file, a marker ignored). `served_before`: the
+    state file kept a reading, so the server served before this run. `error`: what ended the run before a
+    verdict (the run's -t, a bug of ours), for a front end that reports it its own way."""
+
+    verdict: Verdict | None
+    fault: str = ""
+    unsaved: str = ""
+    note: str = ""
+    served_before: bool = False
+    error: Exception | None = None
+
+
+def session(run: Run, alone_when_refused: bool = False) -> Outcome:
+    """The run: its outcome. `alone_when_refused`: in a refused state directory, read the server alone and
+    touch nothing there (a probe's startup must not spend the orchestrator's budget on a server it reads
+    serving); otherwise such a run does not judge (the check says UNKNOWN)."""
+    store = check_file(run.state_dir, run.endpoint.url, run.options.proxy, run.lock_timeout)
+    run.doing("the state file lock")
+    refused = unsaved = ""
+    try:
+        store.lock()
+    except StateRefused as err:  # what is in it may be another user's: read nothing there
+        if not alone_when_refused:
+            return Outcome(None, fault=str(err))
+        refused = unsaved = f"{err}; {ALONE}"
+    except StateBusy as err:  # the file is read once without the lock, for what it remembers (saves are renames)
+        return Outcome(None, fault=str(err), served_before=_served(store))
+    except StateError as err:  # no lock can be made there: judge this run alone, and say so
+        unsaved = _blind(str(err))
+    served_before = False
+    try:
+        remembered, marker, note, served_before = (Memory(), None, "", False) if refused else _recall(run, store)
+        unsaved = unsaved or _blind(store.unwritable()) if not refused else unsaved
+        if unsaved:  # a baseline this run cannot replace would compare the server's past, not its present
+            remembered = Memory()
+        with run.endpoint.client() as client:
+            verdict = observe(client, run.endpoint, remembered, run.settings, run.options,
+                              deadline=run.deadline, marker=marker, doing=run.doing).verdict
+        run.doing("writing the state file")
+        if not unsaved:
+            try:
+                store.save(codec.to_json(verdict.memory))
+            except StateError as err:
+                unsaved = f"state not saved: {err}"
+    except Exception as err:  # noqa: BLE001 - the run's -t (Deadline) or a bug: the front end words it
+        return Outcome(None, fault=str(err), served_before=served_before, error=err)
+    finally:
+        store.unlock()
+    return Outcome(verdict, unsaved=unsaved, note=note, served_before=served_before)
+
+
+def _recall(run: Run, store: StateFile) -> tuple[Memory, Instant | None, str, bool]:
+    """The memory, the restart marker, what loading them said, and whether the server served before."""
+    saved, note = store.load()
+    remembered = codec.from_json(saved)
+    marker, marker_note = load_marker(marker_path(run.state_dir, run.endpoint.url), clock.now())
+    return remembered, marker, "; ".join(filter(None, (note, marker_note))), remembered.baseline is not None
+
+
+def _served(store: StateFile) -> bool:
+    saved, _ = store.load()
+    return codec.from_json(saved).baseline is not None
+
+
+def _blind(why: str | None) -> str:
+    return f"state not saved: {why}; {ALONE}" if why else ""
