@@ -50,7 +50,8 @@ class Option(NamedTuple):
         return self.flag[2:].replace("-", "_")
 
 
-SERVER, DECISION, IDLE_PROBE, PROCESS, READING = "server", "decision", "idle probe", "server process", "reading"
+SERVER, DECISION, IDLE_PROBE, PROCESS, READING, STATE = ("server", "decision", "idle probe", "server process",
+                                                         "reading", "state")
 #: The server-process group's title: where its defaults come from.
 PROCESS_TITLE = ("server process (on the vLLM host; default: the vLLM API server process whose command line, or "
                  "--config file, serves the URL's port, when the URL's host is this host)")
@@ -94,6 +95,9 @@ ROWS: tuple[Option, ...] = (
            default=False, field="probe", negate=True),
     Option("--model", TEXT, IDLE_PROBE, "model to probe (default: the model_name in /metrics, else the first of "
            "/v1/models)", _JUDGES, field="model"),
+    Option("--state-dir", TEXT, STATE, "where the state file lives, the same for the check and its handler (default: "
+           "$MP_STATE_PATH, $NAGIOS_PLUGIN_STATE_DIRECTORY, /var/lib/check_vllm, else the XDG state dir); in one "
+           "that others may write to, each user keeps a private uid-N/", frozenset({CHECK, HANDLER}), metavar="DIR"),
     # the check's -t is its whole run; these front ends read again and again, each request within this
     Option("--timeout", FLOAT, READING, "per request to the server; longer is unresponsive (default: %(default)g)",
            frozenset({AGENT, NETDATA}), default=CONNECT_TIMEOUT, low=0.1, high=600, metavar="S",

@@ -64,8 +64,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--kv-warning", metavar="RANGE", help="KV-cache usage in %% (fullest engine)")
     t.add_argument("--kv-critical", metavar="RANGE", help="KV-cache usage in %% (fullest engine)")
     g = p.add_argument_group("run")
-    g.add_argument("--state-dir", metavar="DIR", help="where the state file lives (default: $MP_STATE_PATH, "
-                   "$NAGIOS_PLUGIN_STATE_DIRECTORY, /var/lib/check_vllm, else the XDG state dir)")
+    option_table.add(g, CHECK, option_table.STATE)
     g.add_argument("-t", "--timeout", type=number(float), default=RUN_TIMEOUT, metavar="S",
                    help="whole run, UNKNOWN beyond it (default: %(default)g)")
     g.add_argument("-v", "--verbose", action="count", default=0, help="more output (repeatable)")

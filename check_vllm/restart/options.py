@@ -47,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
                    help="$service.acknowledgement$ (Icinga 2): above 0 an operator has the problem, no restart")
     t = p.add_argument_group("target (the same as the check's)")
     option_table.add(t, HANDLER, option_table.SERVER, required=("--url",))
-    t.add_argument("--state-dir", metavar="DIR", help="the --state-dir given to check_vllm (same default)")
+    option_table.add(t, HANDLER, option_table.STATE)
     option_table.add(p.add_argument_group(option_table.PROCESS_TITLE), HANDLER, option_table.PROCESS)
     g = p.add_argument_group("guards")
     g.add_argument("--cooldown", type=number(float, 0), default=DEFAULT.cooldown, metavar="S",
