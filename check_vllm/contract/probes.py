@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
-from check_vllm.contract import rotation
+from check_vllm.contract import rotation, vocab
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.vocab import CODE_NAMES, CRITICAL, OK, RESTARTABLE, UNKNOWN
 
@@ -115,14 +115,14 @@ def readiness(seen: Seen) -> Answer:
     if _ours(seen):
         return _clean_pass(READINESS, seen)
     entry = rotation.rotation_for(seen.word, seen.code)
-    if entry in (rotation.READY, rotation.ABSTAIN):
-        return Answer(READINESS, True, said(seen), in_spite=entry == rotation.ABSTAIN or seen.code != OK)
+    if entry in (vocab.READY, vocab.ABSTAIN):
+        return Answer(READINESS, True, said(seen), in_spite=entry == vocab.ABSTAIN or seen.code != OK)
     return Answer(READINESS, False, said(seen))
 
 
 def served(seen: Seen) -> bool:
     """The server served this run: it was read, or its verdict puts it in rotation."""
-    return seen.reading or (not _ours(seen) and rotation.rotation_for(seen.word, seen.code) == rotation.READY)
+    return seen.reading or (not _ours(seen) and rotation.rotation_for(seen.word, seen.code) == vocab.READY)
 
 
 def startup(seen: Seen) -> Answer:

@@ -6,6 +6,8 @@ these names; none of them restates a number or a word. Nothing here does I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import NamedTuple
 
 # --------------------------------------------------------------------------- exit codes (plugin API)
@@ -44,59 +46,99 @@ PAUSED = "paused"
 #: grammar compiling) and the idle probe answers, or the stall is not yet proven.
 KV_TRANSFER = "kv transfer"
 
+# --------------------------------------------------------------------------- rotation: may it take new work
+
+#: Serves: in rotation.
+READY = "ready"
+#: Unproven trouble: no new work, the work in flight goes on.
+DRAIN = "drain"
+#: Proof of a stall: out, as a failed health check.
+FAIL = "fail"
+#: Proof that nothing serves: out (the rotation entry; DOWN is the verdict word).
+MARK_DOWN = "down"
+#: The monitoring side cannot judge: leave the decision to whoever else looks.
+ABSTAIN = "abstain"
+
+
+def _r(entries: dict[int, str]) -> Mapping[int, str]:
+    return MappingProxyType(entries)
+
+
 class Word(NamedTuple):
-    """One verdict word of the operator contract: the states it can carry, whether check_vllm_restart may
-    restart on it (when CRITICAL), and its meaning for --help and the README."""
+    """One verdict word of the operator contract: each state it can carry with what it does to the server's
+    rotation (check_vllm.contract.rotation), whether check_vllm_restart may restart on it (when CRITICAL), and
+    its meaning for --help and the README."""
 
     word: str
-    states: tuple[int, ...]
+    rotation: Mapping[int, str]
     restartable: bool
     meaning: str
+
+    @property
+    def states(self) -> tuple[int, ...]:
+        return tuple(self.rotation)
 
 
 #: The operator contract, one row per word (the order of --help and of the Netdata dimensions). The state of a word is this
 #: table's, never a file's: a saved verdict whose state the word cannot carry is no verdict.
 VERDICTS = (
-    Word(BUSY, (OK,), False, "work present and progress since the previous reading"),
-    Word(STALLING, (WARNING,), False, "work present, no progress yet, not proven stuck"),
-    Word(STUCK, (CRITICAL,), True, "no progress over --stuck-readings comparisons spanning --stuck-seconds, "
-                                   "or an idle engine left a 1-token probe unanswered without progress"),
-    Word(IDLE, (OK, WARNING), False, "no work; the 1-token probe answered (the only run that sends inference); "
-                                     "WARNING when the probe was rejected or cut short by -t"),
-    Word(RESTARTED, (OK,), False, "new server process: new baseline, counters of two processes never compared"),
-    Word(SLEEPING, (OK,), False, "vllm:engine_sleep_state says asleep"),
-    Word(DOWN, (CRITICAL,), True, "connection refused: nothing listens at the URL; or not serving --start-grace "
-                                  "after its process started; or refusing --stop-grace after it served; or a crash "
-                                  "loop (processes starting in turn, none serving); or its API server says the "
-                                  "engine died (an error naming it, or GET /health 503)"),
-    Word(UNRESPONSIVE, (WARNING, CRITICAL), True, "/metrics timed out or answered 5xx; CRITICAL once it lasts as "
-                                                  "long as stuck needs"),
-    Word(NO_METRICS, (WARNING, CRITICAL), False, "no usable /metrics; /v1/models answers, even 4xx (CRITICAL if "
-                                                 "refused or silent)"),
-    Word(PROXY, (OK, WARNING, CRITICAL), False, "--proxy: /v1/models only; WARNING when it answers 4xx or loops "
-                                                "redirects (the handler restarts on it only with --proxy)"),
-    Word(STARTING, (WARNING,), False, "not serving yet, and its process younger than --start-grace "
-                                      "(whoever started it)"),
-    Word(STOPPING, (WARNING,), False, "connection refused, but its process served and still lives, or has "
-                                      "just exited (for one more look) with no other started yet: a graceful "
-                                      "stop (a restart, a deploy); down after --stop-grace; or nothing listens "
-                                      "and no process right after it served: looking again"),
-    Word(UNREACHABLE, (UNKNOWN,), False, "DNS lookup or TLS handshake failed: the monitoring side cannot reach it "
-                                         "(resolver, CA bundle, certificate, scheme); never restarted"),
-    Word(BALANCER, (WARNING,), False, "/metrics comes from more than one server process in turn: the URL is a "
-                                      "load balancer (use --proxy)"),
-    Word(PAUSED, (OK, WARNING), False, "no progress, and the server says its engine is paused on purpose (GET "
-                                       "/is_paused, vLLM >= 0.32 in dev mode; the probe answered 503 'Generation "
-                                       "is paused', vLLM >= 0.33; a checkpoint, GET /checkpoint/status) or weights "
-                                       "are moving into it (vllm:rl_weight_update_operations_in_flight); WARNING "
-                                       "past --pause-grace, or at once for a failed checkpoint"),
-    Word(KV_TRANSFER, (WARNING,), False, "no progress, every waiting request deferred "
-                                         "(vllm:num_requests_waiting_by_reason: a KV transfer, a LoRA budget, a "
-                                         "grammar compiling) and nothing running: the probe answered, or the stall "
-                                         "is not yet proven (never beyond that unprobed)"),
-    Word(PROTOCOL, (UNKNOWN,), False, "the peer does not speak HTTP (an https port behind an http:// URL, a header "
-                                      "past the client's limit): an instant answer, not a busy server; never "
-                                      "restarted"),
+    Word(BUSY, _r({OK: READY}), False,
+         "work present and progress since the previous reading"),
+    Word(STALLING, _r({WARNING: DRAIN}), False,
+         "work present, no progress yet, not proven stuck"),
+    Word(STUCK, _r({CRITICAL: FAIL}), True,
+         "no progress over --stuck-readings comparisons spanning --stuck-seconds, "
+         "or an idle engine left a 1-token probe unanswered without progress"),
+    Word(IDLE, _r({OK: READY, WARNING: READY}), False,
+         "no work; the 1-token probe answered (the only run that sends inference); "
+         "WARNING when the probe was rejected or cut short by -t"),
+    Word(RESTARTED, _r({OK: READY}), False,
+         "new server process: new baseline, counters of two processes never compared"),
+    Word(SLEEPING, _r({OK: DRAIN}), False,
+         "vllm:engine_sleep_state says asleep"),
+    Word(DOWN, _r({CRITICAL: MARK_DOWN}), True,
+         "connection refused: nothing listens at the URL; or not serving --start-grace "
+         "after its process started; or refusing --stop-grace after it served; or a crash "
+         "loop (processes starting in turn, none serving); or its API server says the "
+         "engine died (an error naming it, or GET /health 503)"),
+    Word(UNRESPONSIVE, _r({WARNING: DRAIN, CRITICAL: FAIL}), True,
+         "/metrics timed out or answered 5xx; CRITICAL once it lasts as "
+         "long as stuck needs"),
+    Word(NO_METRICS, _r({WARNING: ABSTAIN, CRITICAL: DRAIN}), False,
+         "no usable /metrics; /v1/models answers, even 4xx (CRITICAL if "
+         "refused or silent)"),
+    Word(PROXY, _r({OK: ABSTAIN, WARNING: ABSTAIN, CRITICAL: ABSTAIN}), False,
+         "--proxy: /v1/models only; WARNING when it answers 4xx or loops "
+         "redirects (the handler restarts on it only with --proxy)"),
+    Word(STARTING, _r({WARNING: DRAIN}), False,
+         "not serving yet, and its process younger than --start-grace "
+         "(whoever started it)"),
+    Word(STOPPING, _r({WARNING: DRAIN}), False,
+         "connection refused, but its process served and still lives, or has "
+         "just exited (for one more look) with no other started yet: a graceful "
+         "stop (a restart, a deploy); down after --stop-grace; or nothing listens "
+         "and no process right after it served: looking again"),
+    Word(UNREACHABLE, _r({UNKNOWN: ABSTAIN}), False,
+         "DNS lookup or TLS handshake failed: the monitoring side cannot reach it "
+         "(resolver, CA bundle, certificate, scheme); never restarted"),
+    Word(BALANCER, _r({WARNING: ABSTAIN}), False,
+         "/metrics comes from more than one server process in turn: the URL is a "
+         "load balancer (use --proxy)"),
+    Word(PAUSED, _r({OK: DRAIN, WARNING: DRAIN}), False,
+         "no progress, and the server says its engine is paused on purpose (GET "
+         "/is_paused, vLLM >= 0.32 in dev mode; the probe answered 503 'Generation "
+         "is paused', vLLM >= 0.33; a checkpoint, GET /checkpoint/status) or weights "
+         "are moving into it (vllm:rl_weight_update_operations_in_flight); WARNING "
+         "past --pause-grace, or at once for a failed checkpoint"),
+    Word(KV_TRANSFER, _r({WARNING: DRAIN}), False,
+         "no progress, every waiting request deferred "
+         "(vllm:num_requests_waiting_by_reason: a KV transfer, a LoRA budget, a "
+         "grammar compiling) and nothing running: the probe answered, or the stall "
+         "is not yet proven (never beyond that unprobed)"),
+    Word(PROTOCOL, _r({UNKNOWN: ABSTAIN}), False,
+         "the peer does not speak HTTP (an https port behind an http:// URL, a header "
+         "past the client's limit): an instant answer, not a busy server; never "
+         "restarted"),
 )
 BY_WORD = {w.word: w for w in VERDICTS}
 #: Every word a verdict can start with; Netdata charts one dimension per word.

@@ -40,15 +40,15 @@ class Reply(NamedTuple):
 
 
 #: Serves: back in rotation, health UP (undoes an earlier down, drain or fail of ours).
-READY = Reply(rotation.READY, "up", "ready", "serving: in rotation")
+READY = Reply(vocab.READY, "up", "ready", "serving: in rotation")
 #: Unproven trouble: no new requests, the ones in flight go on; health left to HAProxy's own check.
-DRAIN = Reply(rotation.DRAIN, "", "drain", "a first sign, not proof: out of rotation until it serves again")
+DRAIN = Reply(vocab.DRAIN, "", "drain", "a first sign, not proof: out of rotation until it serves again")
 #: Proof of a stall: appears up but fails ("fail" on the stats page), and drained.
-FAIL = Reply(rotation.FAIL, "fail", "drain", "proven stuck: DOWN, as a failed health check")
+FAIL = Reply(vocab.FAIL, "fail", "drain", "proven stuck: DOWN, as a failed health check")
 #: Proof that nothing serves: DOWN, and drained.
-DOWN = Reply(rotation.DOWN, "down", "drain", "nothing serves: DOWN")
+DOWN = Reply(vocab.MARK_DOWN, "down", "drain", "nothing serves: DOWN")
 #: The agent cannot judge (its own configuration is wrong): undoes its drain, leaves health alone.
-ABSTAIN = Reply(rotation.ABSTAIN, "", "ready", "the agent cannot judge: HAProxy's own health check decides")
+ABSTAIN = Reply(vocab.ABSTAIN, "", "ready", "the agent cannot judge: HAProxy's own health check decides")
 
 #: Each entry of the rotation table (check_vllm.contract.rotation, the one owner) as the agent words it.
 REPLIES: Mapping[str, Reply] = MappingProxyType({r.name: r for r in (READY, DRAIN, FAIL, DOWN, ABSTAIN)})

@@ -33,6 +33,7 @@ from check_vllm.contract.vocab import (
     WARNING,
     WORKING,
     Settings,
+    state_of,
 )
 from check_vllm.judge import wording
 from check_vllm.judge.compare import (
@@ -54,13 +55,11 @@ from check_vllm.judge.compare import (
 from check_vllm.judge.finish import NO_RATES, finish, keep
 from check_vllm.judge.proof import extend, lasted, proven
 
-CODES = {STUCK: CRITICAL, STALLING: WARNING}
-
 
 def _idle(memory: Memory, reading: Reading, g: Gauges, now: Instant, words: Mapping[str, str] | None = None,
           rate_values: Rates = NO_RATES) -> Verdict:
-    return finish(memory, IDLE, OK, wording.NOT_PROBED, g, now, action=PROBE,
-                  engines=words or {n: IDLE for n in reading.engines}, rate_values=rate_values, unprobed=True)
+    return finish(memory, IDLE, wording.NOT_PROBED, g, now, action=PROBE,
+                  engines=words or {n: IDLE for n in reading.engines}, rate_values=rate_values, unprobed=True, state=OK)
 
 
 def _pending(memory: Memory, reading: Reading, g: Gauges, now: Instant, rate_values: Rates = NO_RATES) -> Verdict:
@@ -70,7 +69,7 @@ def _pending(memory: Memory, reading: Reading, g: Gauges, now: Instant, rate_val
     assert streak is not None
     last = memory.last.word if memory.last else None
     word = last if last in (STALLING, STUCK) else STALLING
-    return finish(memory, word, CODES[word], wording.probe_pending(g, streak, now), g, now, action=PROBE,
+    return finish(memory, word, wording.probe_pending(g, streak, now), g, now, action=PROBE,
                   engines={n: word for n in reading.engines}, stalled=lasted(streak, now), rate_values=rate_values)
 
 
@@ -92,9 +91,9 @@ def new_process(memory: Memory, reading: Reading, why: str, settings: Settings, 
         and identified(before.reading, reading) and continues(before.reading, reading)
     if older or resumed:
         text = wording.balancer("a process older than the one before" if older else "the process seen before")
-        return finish(new, BALANCER, WARNING, text, g, now, engines={n: BALANCER for n in reading.engines})
+        return finish(new, BALANCER, text, g, now, engines={n: BALANCER for n in reading.engines})
     asleep = all(e.asleep for e in reading.engines.values())
-    return finish(new, RESTARTED, OK, wording.restarted(reading, why, g, now.wall), g, now,
+    return finish(new, RESTARTED, wording.restarted(reading, why, g, now.wall), g, now,
                   action=PROBE if reading.work <= 0 and not asleep else None,
                   engines={n: RESTARTED for n in reading.engines})
 
@@ -150,7 +149,7 @@ def _repeat(memory: Memory, reading: Reading, gap: float, now: Instant) -> Verdi
     engines = {n: _standing_word(last.engines.get(n), e) for n, e in reading.engines.items()}
     if word in WORKING or (word == IDLE and reading.work > 0):
         word = _top(engines)
-        code = CODES.get(word, OK)
+        code = state_of(word, OK)
     if word not in (*WORKING, IDLE, RESTARTED) or code not in (OK, WARNING, CRITICAL):
         if reading.work <= 0:
             return None  # nothing worth repeating (down, a failed probe...): judge afresh
@@ -187,7 +186,7 @@ def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | 
         # (carrying the streak over would count readings that did not all show the condition)
         memory = memory._replace(unanswered=None)
     if all(e.asleep for e in reading.engines.values()):
-        return finish(keep(memory, reading, now), SLEEPING, OK, wording.ASLEEP, g, now,
+        return finish(keep(memory, reading, now), SLEEPING, wording.ASLEEP, g, now,
                       engines={n: SLEEPING for n in reading.engines})
     if gap < settings.min_gap and not moved:
         repeated = _repeat(memory, reading, gap, now)
@@ -211,8 +210,8 @@ def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | 
     if rate_values.tokens_per_second is not None and word == BUSY:
         text += f", {rate_values.tokens_per_second:.1f} tok/s"
     stalled = max((lasted(s, now) for s in stalls.values()), default=0.0)
-    return finish(new, word, CODES.get(word, OK), text, g, now, engines=words, stalled=stalled,
-                  rate_values=rate_values)
+    return finish(new, word, text, g, now, engines=words, stalled=stalled,
+                  rate_values=rate_values, state=state_of(word, OK))
 
 
 def _same_process(base: Baseline, reading: Reading, now: Instant) -> bool:
@@ -226,8 +225,8 @@ def _first(memory: Memory, reading: Reading, g: Gauges, now: Instant) -> Verdict
     """No usable baseline: nothing to compare, so no stall can be judged, and no earlier streak continues."""
     new = keep(memory._replace(unanswered=None), reading, now)
     if all(e.asleep for e in reading.engines.values()):
-        return finish(new, SLEEPING, OK, wording.ASLEEP, g, now, engines={n: SLEEPING for n in reading.engines})
+        return finish(new, SLEEPING, wording.ASLEEP, g, now, engines={n: SLEEPING for n in reading.engines})
     if reading.work > 0:
-        return finish(new._replace(unanswered=None), BUSY, OK, wording.first_reading(g), g, now, action=REREAD,
+        return finish(new._replace(unanswered=None), BUSY, wording.first_reading(g), g, now, action=REREAD,
                       engines={n: BUSY for n in reading.engines})
     return _idle(new, reading, g, now)

@@ -11,16 +11,22 @@ from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Baseline, Memory, Remembered, Streak
 from check_vllm.contract.values import Reading
 from check_vllm.contract.verdict import Verdict
+from check_vllm.contract.vocab import state_of
 from check_vllm.judge.compare import Gauges, Rates
 
 _NO_STALLS: Mapping[str, Streak] = MappingProxyType({})
 NO_RATES = Rates()
 
 
-def finish(memory: Memory, word: str, code: int, text: str, g: Gauges | None, at: Instant, *,
+def finish(memory: Memory, word: str, text: str, g: Gauges | None, at: Instant, *,
            action: str | None = None, engines: Mapping[str, str] | None = None, stalled: float | None = None,
-           probe: float | None = None, rate_values: Rates = NO_RATES, unprobed: bool = False) -> Verdict:
-    """The verdict, with itself remembered in the memory it hands on."""
+           probe: float | None = None, rate_values: Rates = NO_RATES, unprobed: bool = False,
+           state: int | None = None) -> Verdict:
+    """The verdict, with itself remembered in the memory it hands on. Its state is the contract row's
+    (vocab.VERDICTS); a word that can carry more than one is given the one it has (`state`)."""
+    code = state_of(word, state)
+    if code is None:  # a word without a row, or a state its row does not carry: a bug of ours, never a guess
+        raise ValueError(f"verdict {word!r} cannot carry state {state!r}")
     engines = MappingProxyType(dict(engines or {}))
     return Verdict(
         word=word, code=code, text=text, action=action, engines=engines,

@@ -26,7 +26,7 @@ from check_vllm.contract.values import (
     Reading,
 )
 from check_vllm.contract.verdict import Verdict
-from check_vllm.contract.vocab import BUSY, CONFIRM, CRITICAL, DOWN, IDLE, OK, STALLING, STUCK, WARNING, Settings
+from check_vllm.contract.vocab import BUSY, CONFIRM, DOWN, IDLE, OK, STALLING, STUCK, WARNING, Settings
 from check_vllm.judge import wording
 from check_vllm.judge.assess import new_process
 from check_vllm.judge.compare import counted, gauges, moved_engines, restart_reason, signals_differ
@@ -106,14 +106,15 @@ def _unanswered(verdict: Verdict, outcome: ProbeOutcome, reread: Reading, settin
     g = gauges(reread)
     if moved_engines(base.reading, reread, {}):  # any movement: the engine serves, the probe's own work included
         word = BUSY if reread.work > 0 else IDLE
-        return finish(keep(memory._replace(unanswered=None), reread, now), word, OK if word == BUSY else WARNING,
+        return finish(keep(memory._replace(unanswered=None), reread, now), word,
                       wording.probe_unanswered_progress(g, outcome.detail), g, now,
-                      engines={n: word for n in reread.engines}, probe=outcome.seconds)
+                      engines={n: word for n in reread.engines}, probe=outcome.seconds,
+                      state=OK if word == BUSY else WARNING)
     # Nothing moved. Our probe may be in sight as waiting (live metrics: never "idle") or not even that;
     # either way the condition is "no progress while a probe went unanswered", proven like any stuck.
     streak = extend(memory.unanswered, base.at, now)
     new = keep(memory._replace(unanswered=streak), reread, now)
     word = STUCK if proven(streak, now, settings) else STALLING
     text = wording.probe_unanswered(g, outcome.detail, streak, now, settings, word == STUCK)
-    return finish(new, word, CRITICAL if word == STUCK else WARNING, text, g, now,
+    return finish(new, word, text, g, now,
                   engines={n: word for n in reread.engines}, probe=outcome.seconds, stalled=lasted(streak, now))

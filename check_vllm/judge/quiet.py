@@ -148,8 +148,8 @@ def _paused(memory: Memory, reading: Reading, how: str, settings: Settings, now:
     g = gauges(reading)
     code = OK if span <= settings.pause_grace and not failed else WARNING
     text = f"{how}; {wording.counts(g)}" if failed else wording.paused(how, span, settings.pause_grace, g)
-    return finish(_ended(memory)._replace(paused=since), PAUSED, code, text, g, now,
-                  engines={n: PAUSED for n in reading.engines}, rate_values=rates, probe=probe)
+    return finish(_ended(memory)._replace(paused=since), PAUSED, text, g, now,
+                  engines={n: PAUSED for n in reading.engines}, rate_values=rates, probe=probe, state=code)
 
 
 def turned_away(verdict: Verdict, reading: Reading, outcome: ProbeOutcome, checkpoint: Checkpoint | None,

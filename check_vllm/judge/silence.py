@@ -31,7 +31,6 @@ from check_vllm.contract.vocab import (
     PROXY,
     STARTING,
     STOPPING,
-    UNKNOWN,
     UNREACHABLE,
     UNRESPONSIVE,
     WARNING,
@@ -55,8 +54,8 @@ def _silent(memory: Memory, word: str, detail: str, settings: Settings, now: Ins
         streak = None  # a streak from before a long gap (a host reboot, a clock jump) is not this streak
     streak = extend(streak, now, now)
     code = CRITICAL if proven(streak, now, settings) else WARNING
-    return finish(memory._replace(unresponsive=streak), word, code, wording.unresponsive(detail, streak, now),
-                  None, now, stalled=lasted(streak, now))
+    return finish(memory._replace(unresponsive=streak), word, wording.unresponsive(detail, streak, now),
+                  None, now, stalled=lasted(streak, now), state=code)
 
 
 def _since_marker(marker: Instant | None, memory: Memory, now: Instant, settings: Settings) -> float | None:
@@ -93,10 +92,10 @@ def _loading(memory: Memory, process: ServerProcess, detail: str, settings: Sett
     age = max(elapsed(process.started, now) or 0.0, 0.0)
     if starts.seen >= settings.crash_starts:
         span = max(elapsed(starts.since, now) or 0.0, 0.0)
-        return finish(memory, DOWN, CRITICAL, process_words.crash_loop(starts.seen, span, process, detail), None, now)
+        return finish(memory, DOWN, process_words.crash_loop(starts.seen, span, process, detail), None, now)
     if age <= settings.start_grace:
-        return finish(memory, STARTING, WARNING, process_words.loading(process, age, settings.start_grace, detail), None, now)
-    return finish(memory, DOWN, CRITICAL, process_words.never_served(process, age, settings.start_grace, detail), None, now)
+        return finish(memory, STARTING, process_words.loading(process, age, settings.start_grace, detail), None, now)
+    return finish(memory, DOWN, process_words.never_served(process, age, settings.start_grace, detail), None, now)
 
 
 def _stopping(memory: Memory, saved: Stopping | None, process: ServerProcess, detail: str, settings: Settings,
@@ -110,9 +109,9 @@ def _stopping(memory: Memory, saved: Stopping | None, process: ServerProcess, de
     memory = memory._replace(stopping=saved._replace(gone=None))
     span = max(elapsed(saved.since, now) or 0.0, 0.0)
     if span <= settings.stop_grace:
-        return finish(memory, STOPPING, WARNING, process_words.stopping(process, span, settings.stop_grace, detail),
+        return finish(memory, STOPPING, process_words.stopping(process, span, settings.stop_grace, detail),
                       None, now)
-    return finish(memory, DOWN, CRITICAL, process_words.stopped_too_long(process, span, settings.stop_grace, detail),
+    return finish(memory, DOWN, process_words.stopped_too_long(process, span, settings.stop_grace, detail),
                   None, now)
 
 
@@ -127,7 +126,7 @@ def _stop_goes_on(memory: Memory, saved: Stopping, detail: str, settings: Settin
     if span is None or gap is None or not 0.0 <= span <= settings.stop_grace \
             or not 0.0 <= gap <= settings.respawn_grace:
         return None
-    return finish(memory._replace(stopping=saved), STOPPING, WARNING,
+    return finish(memory._replace(stopping=saved), STOPPING,
                   process_words.stopping_exited(saved.pid, span, settings.stop_grace, detail), None, now)
 
 
@@ -160,12 +159,12 @@ def _host_explains(memory: Memory, saved: Stopping | None, evidence: Evidence, d
             return held
     if seen_gone and _first_look(memory, saved, evidence.second_look):
         doubt = Stopping(now, NO_PROCESS, now)
-        return finish(memory._replace(stopping=doubt), STOPPING, WARNING, process_words.gone_look_again(detail), None,
+        return finish(memory._replace(stopping=doubt), STOPPING, process_words.gone_look_again(detail), None,
                       now, action=LOOK_AGAIN)
     marker = instant(evidence.marker) if evidence.marker is not None else None
     since = _since_marker(marker, memory, now, settings)  # no process seen: what the handler knows
     if since is not None:
-        return finish(memory, STARTING, WARNING, process_words.starting(since, detail), None, now)
+        return finish(memory, STARTING, process_words.starting(since, detail), None, now)
     return None
 
 
@@ -173,10 +172,10 @@ def _not_the_server(memory: Memory, failure: Failure, second_look: bool, now: In
     """UNKNOWN: the monitoring side cannot reach it, or the peer does not speak HTTP. A reset before any
     answer right after the server served is looked at again: a listener closing under a queued connection."""
     if failure.kind == UNREACHABLE or failure.models == UNREACHABLE:
-        return finish(memory, UNREACHABLE, UNKNOWN, process_words.unreachable(failure.detail), None, now)
+        return finish(memory, UNREACHABLE, process_words.unreachable(failure.detail), None, now)
     if failure.kind == PROTOCOL or failure.models == PROTOCOL:
         again = LOOK_AGAIN if _was_up(memory) and not second_look else None
-        return finish(memory, PROTOCOL, UNKNOWN, process_words.not_http(failure.detail), None, now, action=again)
+        return finish(memory, PROTOCOL, process_words.not_http(failure.detail), None, now, action=again)
     return None
 
 
@@ -186,13 +185,13 @@ def _answered(memory: Memory, failure: Failure, word: str, streaking: bool, sett
     detail = failure.detail if word != PROXY else f"/v1/models failed: {failure.detail}"
     if failure.models == MODELS_OK:
         said = wording.models(failure.model)
-        return finish(memory, word, OK if word == PROXY else WARNING,
-                      said if word == PROXY else f"{failure.detail}; {said}", None, now)
+        return finish(memory, word, said if word == PROXY else f"{failure.detail}; {said}", None, now,
+                      state=OK if word == PROXY else WARNING)
     if failure.models == MODELS_ANSWERED or (failure.models is None and word == NO_METRICS):
-        return finish(memory, word, WARNING, failure.detail, None, now)  # an answer, or nothing asked: no proof
+        return finish(memory, word, failure.detail, None, now, state=WARNING)  # an answer, or nothing asked: no proof
     if streaking:
         return _silent(memory, word, detail, settings, now)
-    return finish(memory, word, CRITICAL, detail, None, now)  # nothing listens on /v1/models
+    return finish(memory, word, detail, None, now, state=CRITICAL)  # nothing listens on /v1/models
 
 
 def engine_died_last(memory: Memory) -> bool:
@@ -212,7 +211,7 @@ def assess_failure(memory: Memory, evidence: Evidence, settings: Settings, now: 
     if unknown is not None:
         return unknown
     if failure.dead_engine:  # its API server says so: down whatever the host shows (no stop; a restart cures it)
-        return finish(memory._replace(engine_dead=now), DOWN, CRITICAL, process_words.engine_died(failure.detail), None, now)
+        return finish(memory._replace(engine_dead=now), DOWN, process_words.engine_died(failure.detail), None, now)
     if failure.kind == PROXY:
         return _answered(memory, failure, PROXY, streaking, settings, now)
     detail = failure.detail
@@ -223,7 +222,7 @@ def assess_failure(memory: Memory, evidence: Evidence, settings: Settings, now: 
         if held is not None:
             return held
     if failure.kind == DOWN:
-        return finish(memory, DOWN, CRITICAL, detail, None, now)
+        return finish(memory, DOWN, detail, None, now)
     if failure.kind == UNRESPONSIVE:
         return _silent(memory, UNRESPONSIVE, detail, settings, now)
     return _answered(memory, failure._replace(detail=detail), NO_METRICS, streaking, settings, now)
