@@ -169,6 +169,8 @@ class Perf(NamedTuple):
     attr: str
     what: str
     source: str
+    #: The check's options that set its warning and critical ranges (Nagios range syntax); () when none do.
+    ranges: tuple[str, ...] = ()
 
 
 PERFDATA = (
@@ -176,8 +178,10 @@ PERFDATA = (
     Perf("prompt_tokens_per_second", "", "prompt_tokens_per_second", "prompt tokens/s", "vllm:prompt_tokens_total"),
     Perf("steps_per_second", "", "steps_per_second", "engine steps/s", "vllm:iteration_tokens_total_count"),
     Perf("running", "", "running", "requests running", "vllm:num_requests_running"),
-    Perf("waiting", "", "waiting", "requests queued", "vllm:num_requests_waiting (-w/-c)"),
-    Perf("kv_cache_usage", "%", "kv_cache", "%, fullest engine", "vllm:kv_cache_usage_perc (--kv-warning/--kv-critical)"),
+    Perf("waiting", "", "waiting", "requests queued", "vllm:num_requests_waiting",
+         ("--waiting-warning", "--waiting-critical")),
+    Perf("kv_cache_usage", "%", "kv_cache", "%, fullest engine", "vllm:kv_cache_usage_perc",
+         ("--kv-warning", "--kv-critical")),
     Perf("probe_seconds", "s", "probe_seconds", "probe latency, s", "only when the idle probe ran"),
     Perf("stalled_seconds", "s", "stalled_seconds", "s without progress", "while work is present"),
 )

@@ -41,7 +41,8 @@ def epilog() -> str:
         lines.append(f"  {w.word:<13} {states[w.word]:<{column - 16}}{text[0]}")
         lines += [" " * column + more for more in text[1:]]
     lines += ["", "perfdata:"]
-    lines += [f"  {p.label:<25} {p.what:<21} {p.source}" for p in PERFDATA]
+    lines += [f"  {p.label:<25} {p.what:<21} {p.source}" + (f" ({'/'.join(p.ranges)})" if p.ranges else "")
+              for p in PERFDATA]
     lines += ["", "exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad usage, --help, --version, the -t timeout).",
               "The API key is read from $VLLM_API_KEY or --api-key-file, never from the command line."]
     return "\n".join(lines) + "\n"
@@ -106,7 +107,9 @@ def _validate(args: argparse.Namespace) -> None:
 def _validate_texts(args: argparse.Namespace) -> None:
     """The URL as httpx parses it, the ranges as nagiosplugin does (each imported only for this)."""
     check_url(args.url)
-    for opt in ("waiting_warning", "waiting_critical", "kv_warning", "kv_critical"):
+    from check_vllm.contract.vocab import PERFDATA
+
+    for opt in (flag[2:].replace("-", "_") for perf in PERFDATA for flag in perf.ranges):
         spec = getattr(args, opt)
         if spec is not None:
             from nagiosplugin import Range
@@ -202,9 +205,10 @@ def _check(argv: list[str] | None = None) -> Answer:
             from check_vllm.nagios.probe import answer_run
 
             return answer_run(args.probe, run)
+        from check_vllm.contract.vocab import PERFDATA
         from check_vllm.nagios.plugin import build
 
-        check = build(run, (args.waiting_warning, args.waiting_critical), (args.kv_warning, args.kv_critical))
+        check = build(run, {flag: getattr(args, flag[2:].replace("-", "_")) for perf in PERFDATA for flag in perf.ranges})
         check.main(verbose=args.verbose, timeout=0)
     except UsageError as err:
         _unknown(f"usage: {err} (see --help)")

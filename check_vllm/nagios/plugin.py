@@ -55,12 +55,12 @@ class Server(nagiosplugin.Resource):
             raise nagiosplugin.CheckError(outcome.fault)
         verdict = outcome.verdict
         yield nagiosplugin.Metric("verdict", verdict, context="verdict")
-        for label, uom, attr, *_ in PERFDATA:
-            value = getattr(verdict, attr)
-            if attr == "probe_seconds" and value is None:
+        for perf in PERFDATA:
+            value = getattr(verdict, perf.attr)
+            if perf.attr == "probe_seconds" and value is None:
                 continue
-            context = label if label in ("waiting", "kv_cache_usage") else "perf"
-            yield nagiosplugin.Metric(label, value, uom, min=0, max=100 if uom == "%" else None, context=context)
+            yield nagiosplugin.Metric(perf.label, value, perf.unit, min=0, max=100 if perf.unit == "%" else None,
+                                      context=perf.label if perf.ranges else "perf")
         yield nagiosplugin.Metric("state_file", "; ".join(filter(None, (outcome.note, outcome.unsaved))),
                                   context="state_file")
 
@@ -158,13 +158,12 @@ class VerdictSummary(nagiosplugin.Summary):
         return [*lines, f"checked at {stamp}"]
 
 
-def build(run: Run, waiting: tuple[str | None, str | None], kv: tuple[str | None, str | None]) -> nagiosplugin.Check:
+def build(run: Run, ranges: dict[str, str | None]) -> nagiosplugin.Check:
+    """The check: `ranges` holds the value of each option a perfdata row names in its `ranges` (None: not given)."""
     summary = VerdictSummary()
-    check = nagiosplugin.Check(
-        Server(run), VerdictContext(), PerfContext(), StateFileContext(),
-        ThresholdContext("waiting", *waiting), ThresholdContext("kv_cache_usage", *kv),
-        summary,
-    )
+    thresholds = [ThresholdContext(perf.label, *(ranges.get(flag) for flag in perf.ranges))
+                  for perf in PERFDATA if perf.ranges]
+    check = nagiosplugin.Check(Server(run), VerdictContext(), PerfContext(), StateFileContext(), *thresholds, summary)
     check.name = "VLLM"
     summary.check = check
     return check
