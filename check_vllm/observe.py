@@ -94,7 +94,7 @@ def _judged(calls: Calls, memory: Memory, failure: Failure, settings: Settings, 
             second_look: bool) -> Verdict:
     """The evidence of a run without a reading, gathered once, and its one judge (imported here: a run that got
     its reading never loads it)."""
-    from check_vllm.judge.silence import LIFECYCLE, assess_failure
+    from check_vllm.judge.no_reading import LIFECYCLE, assess_failure
 
     failure = _engine_said(calls, failure)
     witness = _witness(calls, failure) if failure.kind in LIFECYCLE and not failure.dead_engine else None

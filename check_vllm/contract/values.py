@@ -157,7 +157,7 @@ class Witness(NamedTuple):
 
 
 class Evidence(NamedTuple):
-    """Everything known of a run without a reading, for the one judge of it (check_vllm.judge.silence): what
+    """Everything known of a run without a reading, for the one judge of it (check_vllm.judge.no_reading): what
     failed, what the host saw of the server's process (None: no witness, a remote URL), check_vllm_restart's
     marker, and whether this is already the second look of a first look a restart can fool."""
 

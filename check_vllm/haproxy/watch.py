@@ -22,7 +22,7 @@ import httpx
 from check_vllm.contract.probes import Seen
 from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import Options, Settings
-from check_vllm.observer import Observer, given_clock, next_slot
+from check_vllm.long_running import Observer, given_clock, next_slot
 from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint
 
@@ -32,7 +32,7 @@ from .reply import NO_VERDICT, Reply, reply_for
 FIRST_WAIT = 0.5
 
 
-class Answer(NamedTuple):
+class Latest(NamedTuple):
     """What a connection is told: the reply, the verdict it rests on, when (monotonic) it was judged."""
 
     reply: Reply
@@ -51,7 +51,7 @@ class Watch:
     def __init__(self, endpoint: Endpoint, settings: Settings, options: Options, every: float, probe_every: float,
                  *, say: Callable[[str], None], client: httpx.Client | None = None,
                  mono: Callable[[], float] = time.monotonic, wall: Callable[[], float] | None = None) -> None:
-        """`wall` (with `mono`) is a test's clock; without it the host's (check_vllm.observer)."""
+        """`wall` (with `mono`) is a test's clock; without it the host's (check_vllm.long_running)."""
         self.endpoint, self.settings, self.options = endpoint, settings, options
         self.every, self.probe_every, self.say = every, probe_every, say
         self.client = client or endpoint.client()
@@ -59,7 +59,7 @@ class Watch:
         now = clock.now if wall is None else given_clock(wall, mono)
         self.observer = Observer(self.client, endpoint, settings, options, probe_every, now=now, mono=mono)
         self.lock = threading.Lock()
-        self._answer = Answer(NO_VERDICT, "no verdict yet: the agent is starting", mono())
+        self._answer = Latest(NO_VERDICT, "no verdict yet: the agent is starting", mono())
         #: Set once the first judgement is done (or failed): the first connections wait a moment for it.
         self.first = threading.Event()
         #: The server has been read since the agent started (a startup probe's question).
@@ -82,12 +82,12 @@ class Watch:
             self.served = self.served or seen.reading is not None
             told = Seen(verdict.word, verdict.code, verdict.summary, reading=seen.reading is not None,
                         served_before=self.served)
-            self._answer = Answer(reply, verdict.summary, self.mono(), told)
+            self._answer = Latest(reply, verdict.summary, self.mono(), told)
         if reply != before:
             self.say(f"{before.name} -> {reply.name}: {verdict.summary}")
         return verdict
 
-    def answer(self) -> Answer:
+    def answer(self) -> Latest:
         """The latest answer, or NO_VERDICT when the loop has not judged for stale_after seconds. A connection
         in the agent's first moments waits up to FIRST_WAIT for the first verdict (no drain at every start), never
         longer: the listeners serve from the first second even when the first reading hangs."""
@@ -97,7 +97,7 @@ class Watch:
         age = self.mono() - got.at
         if age > self.stale_after:
             why = f"no verdict for {age:.0f} s (last: {got.summary})"
-            return Answer(NO_VERDICT, why, got.at, Seen(fault=why, served_before=self.served))
+            return Latest(NO_VERDICT, why, got.at, Seen(fault=why, served_before=self.served))
         return got
 
     def judge_safely(self, last_error: str = "") -> str:

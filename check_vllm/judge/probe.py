@@ -44,7 +44,7 @@ def _amend(verdict: Verdict, memory: Memory, word: str, code: int, text: str, no
 
 def probe_failure(outcome: ProbeOutcome) -> Failure | None:
     """A probe that found no server to judge (refused, or an engine its API server calls dead): a run without a
-    reading from here on, for the one judge of those (check_vllm.judge.silence). None for every other outcome."""
+    reading from here on, for the one judge of those (check_vllm.judge.no_reading). None for every other outcome."""
     if outcome.kind == REFUSED:
         return Failure(DOWN, outcome.detail)
     if outcome.kind == ENGINE_DEAD:
@@ -85,7 +85,7 @@ def after_probe(verdict: Verdict, outcome: ProbeOutcome, reread: Reading | None,
     if reread is None and needs_reading(outcome):
         return verdict._replace(action=CONFIRM)
     if reread is None:  # refused, or a dead engine: no verdict of the probe's (probe_failure)
-        raise ValueError(f"a {outcome.kind!r} probe is a run without a reading: judge it with judge.silence")
+        raise ValueError(f"a {outcome.kind!r} probe is a run without a reading: judge it with judge.no_reading")
     return _unanswered(verdict, outcome, reread, settings, now)
 
 

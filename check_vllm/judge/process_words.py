@@ -1,6 +1,6 @@
 """The words for a run without a reading, of the server's process as the host sees it: starting, loading, never
 served, stopping, stopped too long, a crash loop, unreachable, not HTTP, an engine that died. Said by
-check_vllm.judge.silence; the words of a reading are check_vllm.judge.wording's. Pure.
+check_vllm.judge.no_reading; the words of a reading are check_vllm.judge.wording's. Pure.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from check_vllm.session import Outcome, Run, session
 _STATES = {OK: nagiosplugin.Ok, WARNING: nagiosplugin.Warn, CRITICAL: nagiosplugin.Critical,
            UNKNOWN: nagiosplugin.Unknown}
 
-def number(value: float | None) -> str:
+def perf_number(value: float | None) -> str:
     """Perfdata values per the plugin guidelines: plain decimals or U, never nan/inf/exponents."""
     value = finite(value)
     if value is None:
@@ -84,7 +84,7 @@ class PerfContext(nagiosplugin.Context):
         return nagiosplugin.Result(nagiosplugin.Ok, None, metric)
 
     def performance(self, metric: nagiosplugin.Metric, resource: Any) -> Performance:
-        return Performance(metric.name, number(metric.value), _unit(metric), min=metric.min, max=metric.max)
+        return Performance(metric.name, perf_number(metric.value), _unit(metric), min=metric.min, max=metric.max)
 
 
 class ThresholdContext(nagiosplugin.ScalarContext):
@@ -95,12 +95,12 @@ class ThresholdContext(nagiosplugin.ScalarContext):
             return nagiosplugin.Result(nagiosplugin.Ok, None, metric)
         for rng, state in ((self.critical, nagiosplugin.Critical), (self.warning, nagiosplugin.Warn)):
             if not rng.match(metric.value):
-                return nagiosplugin.Result(state, f"{metric.name} {number(metric.value)}{metric.uom} "
+                return nagiosplugin.Result(state, f"{metric.name} {perf_number(metric.value)}{metric.uom} "
                                                   f"{rng.violation}", metric)
         return nagiosplugin.Result(nagiosplugin.Ok, None, metric)
 
     def performance(self, metric: nagiosplugin.Metric, resource: Any) -> Performance:
-        return Performance(metric.name, number(metric.value), _unit(metric), self.warning, self.critical,
+        return Performance(metric.name, perf_number(metric.value), _unit(metric), self.warning, self.critical,
                            metric.min, metric.max)
 
 

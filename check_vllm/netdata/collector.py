@@ -29,7 +29,7 @@ from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import CONNECT_TIMEOUT, SETTINGS
 from check_vllm.front import option_table
 from check_vllm.front.option_table import NETDATA
-from check_vllm.observer import Observer, given_clock, next_slot
+from check_vllm.long_running import Observer, given_clock, next_slot
 from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint
 
@@ -54,7 +54,7 @@ class JobCollector:
         wall: Callable[[], float] | None = None, mono: Callable[[], float] | None = None,
         say: Callable[[str], None] = log,
     ) -> None:
-        """`wall` and `mono` are a test's clocks; without them the host's (check_vllm.observer)."""
+        """`wall` and `mono` are a test's clocks; without them the host's (check_vllm.long_running)."""
         self.job = job
         self.endpoint = Endpoint(job.url, api_key=job.api_key, connect_timeout=min(job.timeout, CONNECT_TIMEOUT))
         self.client = client or self.endpoint.client()

@@ -2,7 +2,7 @@
 
 The check's verdict may be older than a start or a stop it could not see yet (an operator's
 `supervisorctl restart`, a deploy, a boot a minute ago): the handler asks the host itself, as the check
-does, through the check's own door for a run without a reading (check_vllm.judge.silence), so the two
+does, through the check's own door for a run without a reading (check_vllm.judge.no_reading), so the two
 never disagree on what "starting" or "stopping" means. Whatever that judge calls not restartable, the
 handler leaves alone; an engine its API server called dead stays down whatever the host shows.
 """
@@ -33,7 +33,7 @@ def own_look(url: str, memory: Memory, settings: Settings, options: Options, mar
     """The restart handler's own look before it acts on a saved down or unresponsive verdict: what the host sees
     of the server's process now, judged by the one judge of a run without a reading, as a second look (it
     never asks for another). None when the host adds nothing: no witness, or no process and no stop seen."""
-    from check_vllm.judge.silence import assess_failure, engine_died_last
+    from check_vllm.judge.no_reading import assess_failure, engine_died_last
     from check_vllm.server import host
 
     last = memory.last

@@ -100,11 +100,11 @@ def _decoded(resp: httpx.Response, where: str, cap: int) -> Iterator[bytes]:
                 data = inflate.decompress(inflate.unconsumed_tail, cap + 1)
         yield inflate.flush()
     except zlib.error:
-        raise FetchError("protocol", f"{where} sent an undecodable body", resp.status_code) from None
+        raise FetchError("broken answer", f"{where} sent an undecodable body", resp.status_code) from None
     # A compressed stream carries its own end (and gzip a length and CRC): HTTP framing that matches
     # the bytes sent proves nothing when the sender cut the stream before it. Half a page is no reading.
     if received and not inflate.eof:
-        raise FetchError("protocol", f"{where} sent a compressed body that ends early "
+        raise FetchError("broken answer", f"{where} sent a compressed body that ends early "
                                      f"({received} bytes, the {encoding} stream is cut short)", resp.status_code)
 
 

@@ -1,7 +1,7 @@
 """What can go wrong with one HTTP exchange, in the kinds the verdict understands: "down" for a server where
 nothing listens, "unreachable" when the monitoring side cannot get to it at all (DNS, TLS), "client" for a request
 this host could not send (a header httpx cannot encode): never the server's silence, "not http" for a peer that
-answers with something that is not HTTP (a TLS port, a header past h11's limit), "timeout" and "protocol" for one
+answers with something that is not HTTP (a TLS port, a header past h11's limit), "timeout" and "broken answer" for one
 that does not answer properly. Each with a message an operator can act on; what it quotes from the server or the
 network is cleaned and capped. check_vllm.server.fetch raises nothing else.
 """
@@ -22,7 +22,7 @@ from check_vllm.server.watchdog import Watchdog
 class FetchError(Exception):
     def __init__(self, kind: str, detail: str, status: int | None = None) -> None:
         super().__init__(detail)
-        # "down" | "unreachable" | "client" | "not http" | "timeout" | "protocol" | "status" | "too large"
+        # "down" | "unreachable" | "client" | "not http" | "timeout" | "broken answer" | "status" | "too large"
         # | "redirect" | "encoding"
         self.kind = kind
         self.detail = detail
@@ -91,7 +91,7 @@ def failed(err: Exception, where: str, redact: Callable[[str], str], connect_tim
     if isinstance(err, httpx.TooManyRedirects):
         return FetchError("redirect", f"{where}: too many redirects")
     if isinstance(err, httpx.DecodingError):
-        return FetchError("protocol", f"{where} sent an undecodable body")
+        return FetchError("broken answer", f"{where} sent an undecodable body")
     if isinstance(err, httpx.UnsupportedProtocol):  # the URL was checked: only a redirect gets here
         return FetchError("redirect", f"{where}: redirected off http(s): {clean(str(err), 160)}")
     if isinstance(err, (httpx.LocalProtocolError, UnicodeEncodeError)):  # h11 refused to send what we built
@@ -106,7 +106,7 @@ def failed(err: Exception, where: str, redact: Callable[[str], str], connect_tim
         return FetchError("not http", f"{where}: connection reset at once, no HTTP answer")
     if "refused" in detail.lower():
         return FetchError("down", "connection refused")
-    return FetchError("protocol", f"{where}: {clean(detail, 200)}")
+    return FetchError("broken answer", f"{where}: {clean(detail, 200)}")
 
 
 def _reset(err: BaseException) -> bool:

@@ -117,7 +117,7 @@ def test_a_silent_loop_is_no_verdict(monkeypatch):
                   say=said.append, mono=clock, wall=clock)
     assert watch.answer().reply == NO_VERDICT  # before the first reading
     busy = Verdict(vocab.BUSY, OK, "2 running", Memory())
-    monkeypatch.setattr("check_vllm.observer.observe", lambda *a, **k: Observation(busy))
+    monkeypatch.setattr("check_vllm.long_running.observe", lambda *a, **k: Observation(busy))
     watch.judge()
     assert watch.answer().line() == "up ready #busy: 2 running\n"
     assert said == ["drain -> ready: busy: 2 running"]

@@ -26,7 +26,7 @@ from check_vllm.contract.vocab import (
     Settings,
 )
 from check_vllm.judge.assess import assess
-from check_vllm.judge.silence import assess_failure
+from check_vllm.judge.no_reading import assess_failure
 from check_vllm.memory import codec
 
 S = Settings(stuck_readings=2, stuck_seconds=120.0, min_gap=2.0, max_age=3600.0, start_grace=900.0)

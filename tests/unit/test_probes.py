@@ -30,15 +30,15 @@ def test_liveness_fails_exactly_where_check_vllm_restart_would_restart(word, sta
 def test_readiness_fails_where_the_agent_takes_the_server_out(word, state):
     entry = rotation.rotation_for(word, state)
     a = answer(READINESS, seen(word, state))
-    assert a.code == (PASS if entry in (rotation.READY, rotation.ABSTAIN) else FAIL), a
+    assert a.code == (PASS if entry in (vocab.READY, vocab.ABSTAIN) else FAIL), a
     if a.passed:
-        assert a.in_spite == (entry == rotation.ABSTAIN or state != OK), a
+        assert a.in_spite == (entry == vocab.ABSTAIN or state != OK), a
 
 
 @pytest.mark.parametrize(("word", "state"), EVERY)
 def test_startup_passes_once_it_served(word, state):
     a = answer(STARTUP, seen(word, state))
-    served = word in READ or (state != UNKNOWN and rotation.rotation_for(word, state) == rotation.READY)
+    served = word in READ or (state != UNKNOWN and rotation.rotation_for(word, state) == vocab.READY)
     assert a.code == (PASS if served else FAIL), a
 
 

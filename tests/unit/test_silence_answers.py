@@ -1,5 +1,5 @@
 """An answer is not silence (issue 22): /v1/models that answers 4xx or loops redirects, or a peer that
-does not speak HTTP, is never a restartable verdict. Pure tables over check_vllm.judge.silence."""
+does not speak HTTP, is never a restartable verdict. Pure tables over check_vllm.judge.no_reading."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from check_vllm.contract.vocab import (
     WARNING,
     Settings,
 )
-from check_vllm.judge.silence import assess_failure
+from check_vllm.judge.no_reading import assess_failure
 
 #: Spelt out, so that each row runs (and can fail) on a tree without them; pinned to vocab below.
 MODELS_ANSWERED, PROTOCOL = "answered", "protocol"
