@@ -47,6 +47,17 @@ from check_vllm.server.calls import Calls
 from check_vllm.server.fetch import Endpoint
 
 
+class Step(NamedTuple):
+    """What every step of one observation shares, fixed for its length: the calls against its deadline, the
+    judge's settings, check_vllm_restart's marker, how to wait, whether the caller allows a probe now."""
+
+    calls: Calls
+    settings: Settings
+    marker: Instant | None
+    sleep: Callable[[float], None]
+    may_probe: Callable[[], bool]
+
+
 class Observation(NamedTuple):
     verdict: Verdict
     #: The newest good /metrics reading of the observation (None when there was none), for charts.
@@ -65,7 +76,7 @@ def observe(
     collector uses it to probe an idle server at most once per probe_every.
     """
     calls = Calls(client, endpoint, options, deadline, doing, now, memory.whole_page)
-    seen = _sequence(calls, memory, settings, marker, sleep, may_probe)
+    seen = _sequence(Step(calls, settings, marker, sleep, may_probe), memory)
     if seen.verdict.memory.whole_page == calls.whole_page:
         return seen
     # the judge hands on the memory it was given: which page this server serves is known only here
@@ -90,15 +101,15 @@ def _engine_said(calls: Calls, failure: Failure) -> Failure:
     return failure
 
 
-def _judged(calls: Calls, memory: Memory, failure: Failure, settings: Settings, marker: Instant | None,
-            second_look: bool) -> Verdict:
+def _judged(step: Step, memory: Memory, failure: Failure, second_look: bool) -> Verdict:
     """The evidence of a run without a reading, gathered once, and its one judge (imported here: a run that got
     its reading never loads it)."""
     from check_vllm.judge.no_reading import LIFECYCLE, assess_failure
 
+    calls = step.calls
     failure = _engine_said(calls, failure)
     witness = _witness(calls, failure) if failure.kind in LIFECYCLE and not failure.dead_engine else None
-    return assess_failure(memory, Evidence(failure, witness, marker, second_look), settings, calls.now())
+    return assess_failure(memory, Evidence(failure, witness, step.marker, second_look), step.settings, calls.now())
 
 
 def _second_look_due(calls: Calls, sleep: Callable[[float], None]) -> bool:
@@ -112,31 +123,34 @@ def _second_look_due(calls: Calls, sleep: Callable[[float], None]) -> bool:
     return True
 
 
-def _without_reading(calls: Calls, memory: Memory, failure: Failure, settings: Settings, marker: Instant | None,
-                     sleep: Callable[[float], None]) -> Reading | Verdict:
+def _without_reading(step: Step, memory: Memory, failure: Failure) -> tuple[Verdict, Reading | None]:
     """The one door for every read or probe that gave no reading: judged on its evidence, and looked at again
     when the judge asks (LOOK_AGAIN) and there is room; a caller that cannot wait leaves the second look to its
-    next run (the memory says a first look was taken). A Reading: the second look found the server serving."""
-    verdict = _judged(calls, memory, failure, settings, marker, False)
+    next run (the memory says a first look was taken). A second look that finds the server serving is judged as
+    the reading it is, and that reading comes with the verdict."""
+    verdict = _judged(step, memory, failure, False)
     if verdict.action != LOOK_AGAIN:
-        return verdict
-    if not _second_look_due(calls, sleep):
-        return verdict._replace(action=None)
-    again = calls.metrics()
-    return again if isinstance(again, Reading) else _judged(calls, memory, again, settings, marker, True)
+        return verdict, None
+    if not _second_look_due(step.calls, step.sleep):
+        return verdict._replace(action=None), None
+    again = step.calls.metrics()
+    if isinstance(again, Reading):
+        return assess(memory, again, step.settings, step.calls.now()), again
+    return _judged(step, memory, again, True), None
 
 
 #: How a probe's outcome is judged: (verdict, outcome, re-read or None, settings, now) -> Verdict.
 ProbeJudge = Callable[[Verdict, ProbeOutcome, "Reading | None", Settings, Instant], Verdict]
 
 
-def _probed(calls: Calls, verdict: Verdict, got: Reading, settings: Settings, marker: Instant | None,
-            sleep: Callable[[float], None], fair: float, judge: ProbeJudge | None = None) -> tuple[Verdict, Reading]:
+def _probed(step: Step, verdict: Verdict, got: Reading, fair: float,
+            judge: ProbeJudge | None = None) -> tuple[Verdict, Reading]:
     """The probe, and the reading an unanswered one needs (the judge's CONFIRM), judged once: by `judge` (the
     idle probe's after_probe unless given). A probe turned away as paused is the engine's own word, whoever
     asked for it."""
     from check_vllm.judge.probe import after_probe, needs_reading, probe_failure  # only an idle engine's run
 
+    calls, settings = step.calls, step.settings
     outcome = calls.probe(calls.options.model or got.model)
     if outcome.kind == ENGINE_PAUSED:
         checkpoint = None
@@ -153,38 +167,31 @@ def _probed(calls: Calls, verdict: Verdict, got: Reading, settings: Settings, ma
             reread = calls.metrics()
             failure = reread if isinstance(reread, Failure) else None
     if failure is not None:
-        settled, got = _settled(calls, verdict.memory, got, _without_reading(calls, verdict.memory, failure,
-                                                                              settings, marker, sleep), settings)
+        settled, serving = _without_reading(step, verdict.memory, failure)
         failed_too = f"; the probe failed too: {outcome.detail}" if reread is not None else ""
-        return settled._replace(text=settled.text + failed_too), got
+        return settled._replace(text=settled.text + failed_too), serving or got
     if isinstance(reread, Reading):
         got = reread
     return (judge or after_probe)(verdict, outcome, reread if isinstance(reread, Reading) else None, settings,
                                   instant(calls.now())), got
 
 
-def _settled(calls: Calls, memory: Memory, got: Reading, seen: Reading | Verdict,
-             settings: Settings) -> tuple[Verdict, Reading]:
-    """What a run-without-a-reading door gave, as a verdict: a second look that found the server serving is
-    judged as the reading it is."""
-    if isinstance(seen, Verdict):
-        return seen, got
-    return assess(memory, seen, settings, calls.now()), seen
-
-
-def _sequence(calls: Calls, memory: Memory, settings: Settings, marker: Instant | None,
-              sleep: Callable[[float], None], may_probe: Callable[[], bool]) -> Observation:
+def _sequence(step: Step, memory: Memory) -> Observation:
     """Read, judge, and read again or probe as the verdict asks."""
+    calls, settings = step.calls, step.settings
     options, deadline, now = calls.options, calls.deadline, calls.now
     if options.proxy:
-        return Observation(_judged(calls, memory, calls.liveness(PROXY, ""), settings, None, False))
+        return Observation(_judged(step, memory, calls.liveness(PROXY, ""), False))
 
     started = time.monotonic()
     first = calls.metrics()
-    got = first if isinstance(first, Reading) else _without_reading(calls, memory, first, settings, marker, sleep)
-    if isinstance(got, Verdict):
-        return Observation(got)
-    verdict = assess(memory, got, settings, now())
+    if isinstance(first, Reading):
+        got: Reading | None = first
+        verdict = assess(memory, first, settings, now())
+    else:
+        verdict, got = _without_reading(step, memory, first)
+    if got is None:
+        return Observation(verdict)
     # A second read is fair only with at least the time the first one took: cut shorter by -t, a slow
     # server's late answer would read as no answer.
     fair = time.monotonic() - started + 1.0
@@ -192,17 +199,18 @@ def _sequence(calls: Calls, memory: Memory, settings: Settings, marker: Instant 
     pause = max(options.reread_delay, settings.min_gap)  # a shorter gap would prove nothing
     if verdict.action == REREAD and options.reread and time.monotonic() + pause + fair < deadline:
         calls.doing(f"{pause:g} s between two readings")
-        sleep(pause)
+        step.sleep(pause)
         again = calls.metrics()
         if isinstance(again, Failure):
-            seen = _without_reading(calls, verdict.memory, again, settings, marker, sleep)
-            if isinstance(seen, Verdict):
-                return Observation(seen, got)
-            again = seen
-        got, verdict = again, assess(verdict.memory, again, settings, now())
+            verdict, serving = _without_reading(step, verdict.memory, again)
+            if serving is None:
+                return Observation(verdict, got)
+            got = serving
+        else:
+            got, verdict = again, assess(verdict.memory, again, settings, now())
 
-    if verdict.action == PROBE and options.probe and may_probe():
-        verdict, got = _probed(calls, verdict, got, settings, marker, sleep, fair)
+    if verdict.action == PROBE and options.probe and step.may_probe():
+        verdict, got = _probed(step, verdict, got, fair)
     if not concerns(verdict):
         return Observation(verdict, got)
     verdict = _explained(calls, verdict, got, settings)
@@ -213,8 +221,8 @@ def _sequence(calls: Calls, memory: Memory, settings: Settings, marker: Instant 
     def judge(v: Verdict, outcome: ProbeOutcome, reread: Reading | None, s: Settings, at: Instant) -> Verdict:
         return deferred(v, seen, outcome, reread, s, at)
 
-    if options.probe and may_probe():
-        return Observation(*_probed(calls, verdict, got, settings, marker, sleep, fair, judge))
+    if options.probe and step.may_probe():
+        return Observation(*_probed(step, verdict, got, fair, judge))
     return Observation(deferred(verdict, got, None, None, settings, now()), got)
 
 
