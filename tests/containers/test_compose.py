@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 
 from check_vllm.contract.vocab import Settings
-from tests.incident.incident import wait
 from tests.rig.heavy_lock import HeavyLock
+from tests.rig.incident import wait
 from tests.rig.tiers import version_of
 from tests.rig.vllm_server import VllmSetupError, ensure_tiny_model, ensure_venv
 

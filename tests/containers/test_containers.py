@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tests.incident.incident import IncidentLoad, wait
+from tests.rig.incident import IncidentLoad, wait
 from tests.rig.vllm_server import saturated
 
 from .rig import metrics, total

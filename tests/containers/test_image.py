@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.incident.incident import wait
 from tests.rig.heavy_lock import HeavyLock
+from tests.rig.incident import wait
 from tests.rig.vllm_server import SERVED_MODEL_NAME, SERVER_ENV, VllmSetupError, ensure_tiny_model, ensure_venv
 
 from .conftest import REPORT, TIMINGS

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from check_vllm.contract.vocab import Settings
-from tests.incident.incident import IncidentLoad, wait
 from tests.rig.heavy_lock import HeavyLock
+from tests.rig.incident import IncidentLoad, wait
 from tests.rig.vllm_server import VllmSetupError, ensure_tiny_model, ensure_venv, free_port, saturated
 
 from .conftest import REPORT, TIMINGS

@@ -24,7 +24,7 @@ import pytest
 
 from tests.rig import loading_vllm
 
-from ..monitoring.harness import REPO, free_port, tail
+from tests.rig.monitoring import REPO, free_port, tail
 from .common import localise, script
 from .haproxy import HAProxy
 

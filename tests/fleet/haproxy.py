@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ..monitoring.harness import REPO, free_port, tail
+from tests.rig.monitoring import REPO, free_port, tail
 
 DEPS = REPO / ".ci" / "fleet-deps.sh"
 

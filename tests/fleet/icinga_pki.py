@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ..monitoring.harness import free_port, tail, wait_for
+from tests.rig.monitoring import free_port, tail, wait_for
 
 ENV = {**os.environ, "ICINGA2_USER": "root", "ICINGA2_GROUP": "root"}
 DIRS = ("ConfigDir", "DataDir", "LogDir", "CacheDir", "SpoolDir", "InitRunDir", "ZonesDir")

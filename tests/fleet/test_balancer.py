@@ -15,7 +15,7 @@ import pytest
 
 from vllm_simulator import Simulator
 
-from ..monitoring.harness import wait_for
+from tests.rig.monitoring import wait_for
 from .common import CRITICAL, OK, WARNING, Result, run_check
 from .conftest import Timer
 from .haproxy import HAProxy

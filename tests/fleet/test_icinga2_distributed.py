@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ..monitoring.harness import (
+from tests.rig.monitoring import (
     CONTRIB,
     FAST_CHECK,
     Simulator,

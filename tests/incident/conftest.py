@@ -21,13 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.monitoring.harness import ensure_installed, free_port
 from tests.rig.heavy_lock import HeavyLock
+from tests.rig.incident import IcingaWithTimes, Watchdog, World, plugin_dir, restart_service_conf, service_conf, summary
+from tests.rig.monitoring import ensure_installed, free_port
+from tests.rig.supervisor import Supervisord, SupervisorError
 from tests.rig.tiers import mark_tier, version_of, write_summary
 from tests.rig.vllm_server import VllmSetupError, ensure_tiny_model, ensure_venv
-
-from .incident import IcingaWithTimes, Watchdog, World, plugin_dir, restart_service_conf, service_conf, summary
-from .supervisor import Supervisord, SupervisorError
 
 HERE = Path(__file__).resolve().parent
 TIMINGS: dict[str, float] = {}

@@ -32,11 +32,8 @@ import time
 
 import pytest
 
-from tests.monitoring.icinga2 import schedule_downtime
-from tests.rig.scripts import script
-from tests.rig.vllm_server import Load, sample_sum, saturated
-
-from .incident import (
+from tests.rig.icinga2 import schedule_downtime
+from tests.rig.incident import (
     CHECK_INTERVAL,
     CHECK_VARS,
     COOLDOWN,
@@ -54,6 +51,8 @@ from .incident import (
     wait,
     word_of,
 )
+from tests.rig.scripts import script
+from tests.rig.vllm_server import Load, sample_sum, saturated
 
 pytestmark = pytest.mark.incident
 

@@ -23,10 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.monitoring.harness import count_lines, ensure_installed, free_port, wait_for
-
-from .incident import SERVICE, IcingaWithTimes, plugin_dir, service_conf, word_of
-from .supervisor import Supervisord
+from tests.rig.incident import SERVICE, IcingaWithTimes, plugin_dir, service_conf, word_of
+from tests.rig.monitoring import count_lines, ensure_installed, free_port, wait_for
+from tests.rig.supervisor import Supervisord
 
 pytestmark = pytest.mark.incident
 

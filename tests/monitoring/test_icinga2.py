@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import TIMINGS, Timer
-from .harness import (
+from tests.rig.icinga2 import HOST, Icinga2, schedule_downtime, service, shipped_includes
+from tests.rig.monitoring import (
     Simulator,
     after_the_stuck,
     count_lines,
@@ -28,7 +28,8 @@ from .harness import (
     serve,
     wait_for,
 )
-from .icinga2 import HOST, Icinga2, schedule_downtime, service, shipped_includes
+
+from .conftest import TIMINGS, Timer
 
 pytestmark = pytest.mark.monitoring
 

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import TIMINGS, Timer
-from .harness import (
+from tests.rig.monitoring import (
     FAST_CHECK,
     Simulator,
     after_the_stuck,
@@ -34,6 +33,8 @@ from .harness import (
     tail,
     wait_for,
 )
+
+from .conftest import TIMINGS, Timer
 
 pytestmark = pytest.mark.monitoring
 

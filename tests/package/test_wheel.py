@@ -42,7 +42,7 @@ def test_the_sdist_carries_tests_tox_contrib_docs_and_the_debian_build(dists):
     with tarfile.open(dists["sdist"]) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     wanted = ["LICENSE", "tox.ini", "setup.py", "MANIFEST.in", "debian/control", "debian/rules", ".ci/deb.sh",
-              "tests/package/test_wheel.py", "tests/monitoring/harness.py", "vllm_simulator/__init__.py",
+              "tests/package/test_wheel.py", "tests/rig/monitoring.py", "vllm_simulator/__init__.py",
               "docs/install.md", *(f"contrib/{f}" for f in contrib_files())]
     assert [n for n in wanted if n not in names] == []
 

@@ -4,7 +4,7 @@ CheckCommand and EventCommand restarting through supervisorctl) under seeded tra
     bash .ci/incident-deps.sh && python -m pytest -m soak tests/soak -q      (or: tox -e soak)
     SOAK_MINUTES=60 SOAK_SEED=1234 tox -e soak                                 (the long one, shipped defaults)
 
-The rig is built from tests/incident's parts (Supervisord, IcingaWithTimes, World, plugin_dir); only the
+The rig is built from the incident's parts in tests/rig (Supervisord, IcingaWithTimes, World, plugin_dir); only the
 service's settings differ (tests/soak/settings.py). The whole soak runs once per session (the `soaked`
 fixture), under the machine's heavy lock; the tests then judge its windows. The report (JSON and
 markdown) goes to $SOAK_REPORT_DIR (tox: the env's tmp dir) or the session's temp dir.
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.incident.incident import IcingaWithTimes, Watchdog, World, plugin_dir, tokens
-from tests.incident.incident import service_conf as incident_service
-from tests.incident.supervisor import Supervisord, SupervisorError
-from tests.monitoring.harness import ensure_installed, free_port
 from tests.rig.heavy_lock import HeavyLock
+from tests.rig.incident import IcingaWithTimes, Watchdog, World, plugin_dir, tokens
+from tests.rig.incident import service_conf as incident_service
+from tests.rig.monitoring import ensure_installed, free_port
+from tests.rig.supervisor import Supervisord, SupervisorError
 from tests.rig.tiers import mark_tier, write_reports
 from tests.rig.vllm_server import VllmSetupError, ensure_tiny_model, ensure_venv
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import statistics
 
-from tests.incident.incident import word_of
+from tests.rig.incident import word_of
 
 from .sampler import Sampler
 from .traffic import Req

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 
-from tests.incident.incident import verdict_of, word_of
+from tests.rig.incident import verdict_of, word_of
 
 from .faults import ALLOWED, EXPECTED
 from .sampler import Sampler

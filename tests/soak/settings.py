@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from check_vllm.contract.vocab import SETTINGS
-from tests.incident import incident
+from tests.rig import incident
 
 #: What the supervised vLLM runs with (tests/incident/supervisor.py's program block).
 MAX_NUM_SEQS, MAX_MODEL_LEN = 2, 2048

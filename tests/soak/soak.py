@@ -12,7 +12,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from tests.incident.incident import World, wait
+from tests.rig.incident import World, wait
 
 from .faults import NEEDS_COOLDOWN, NEEDS_OLD, Fault, autogroup, burners, hold_signal, signal_engine, stop_all
 from .sampler import Sampler

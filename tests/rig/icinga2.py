@@ -14,8 +14,7 @@ import httpx
 import pytest
 
 from tests.package import layout
-
-from .harness import CONTRIB, FAST_CHECK, free_port, icinga_value, stop_group, tail, wait_for
+from tests.rig.monitoring import CONTRIB, FAST_CHECK, free_port, icinga_value, stop_group, tail, wait_for
 
 
 def shipped_includes(conf: Path | None = None) -> str:

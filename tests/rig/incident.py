@@ -21,13 +21,12 @@ from pathlib import Path
 
 import httpx
 
-from tests.monitoring.harness import icinga_value, tail
-from tests.monitoring.icinga2 import HOST, Icinga2
+from tests.rig.icinga2 import HOST, Icinga2
+from tests.rig.monitoring import icinga_value, tail
 from tests.rig.scripts import script
+from tests.rig.supervisor import Supervisord, _UnixTransport
 from tests.rig.vllm_server import SERVED_MODEL_NAME, Load, sample_sum
 from tests.rig.waiting import wait_for
-
-from .supervisor import Supervisord, _UnixTransport
 
 HERE = Path(__file__).resolve().parent
 SERVICE = "vllm"
@@ -227,7 +226,7 @@ class IncidentLoad(Load):
 
 
 class Watchdog:
-    """tests/incident/classic_watchdog.py as its own process, logging one JSON line per probe."""
+    """tests/rig/classic_watchdog.py as its own process, logging one JSON line per probe."""
 
     def __init__(self, url: str, log: Path) -> None:
         self.url, self.log = url, log
