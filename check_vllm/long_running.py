@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 import httpx
 
+from check_vllm.contract.defaults import Options, Settings
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Memory
-from check_vllm.contract.vocab import Options, Settings
 from check_vllm.observe import Observation, observe
 from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint

@@ -17,21 +17,12 @@ from typing import NamedTuple
 
 import httpx
 
+from check_vllm.contract.defaults import Options, Settings
 from check_vllm.contract.instants import Instant, instant
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import CUT_SHORT, ENGINE_PAUSED, Evidence, Failure, ProbeOutcome, Reading, Witness
 from check_vllm.contract.verdict import Verdict
-from check_vllm.contract.vocab import (
-    DOWN,
-    LOOK_AGAIN,
-    PROBE,
-    PROBE_DEFERRED,
-    PROXY,
-    REREAD,
-    UNRESPONSIVE,
-    Options,
-    Settings,
-)
+from check_vllm.contract.vocab import DOWN, LOOK_AGAIN, PROBE, PROBE_DEFERRED, PROXY, REREAD, UNRESPONSIVE
 from check_vllm.judge.assess import assess
 from check_vllm.judge.quiet import (
     asks_checkpoint,

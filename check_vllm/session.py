@@ -9,10 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from check_vllm.contract.defaults import LOCK_TIMEOUT, Options, Settings
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.verdict import Verdict
-from check_vllm.contract.vocab import LOCK_TIMEOUT, Options, Settings
 from check_vllm.memory import codec
 from check_vllm.memory.marker import load_marker, marker_path
 from check_vllm.memory.statefile import StateBusy, StateError, StateFile, StateRefused, check_file

@@ -93,8 +93,8 @@ def names_of(text: str) -> dict[str, str]:
 def restart_reason(d: Path) -> str:
     """What the check's judge says about the recorded restart (saturated -> restarted), in its own words."""
     sys.path.insert(0, str(ROOT))
+    from check_vllm.contract.defaults import Settings
     from check_vllm.contract.kept import Memory
-    from check_vllm.contract.vocab import Settings
     from check_vllm.judge.assess import assess
     from check_vllm.server.reading import parse
 

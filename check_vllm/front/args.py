@@ -60,6 +60,17 @@ def check_url(url: str, option: str = "--url") -> None:
         raise UsageError(f"{hint}: {parsed.host!r} is not a host name")
 
 
+def check_ca_file(path: str) -> None:
+    """A CA bundle ssl can load, or a UsageError saying why (read at start: a bad one is ours, not the server's)."""
+    import ssl
+
+    try:
+        ssl.create_default_context(cafile=path)
+    except (OSError, ssl.SSLError) as err:
+        why = getattr(err, "reason", None) or getattr(err, "strerror", None) or err
+        raise UsageError(f"--ca-file {path}: not a readable PEM CA bundle ({why})") from None
+
+
 def _bad_port(url: str) -> str | None:
     """The port part of the URL's authority when it is no number, in httpx's own split (host up to the
     first colon, unless bracketed). httpx 0.28 says so itself; Debian 12's 0.23 parses such a URL into

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from check_vllm.contract.vocab import CONNECT_TIMEOUT, OPTIONS, SETTINGS, Options, Settings
+from check_vllm.contract.defaults import CONNECT_TIMEOUT, OPTIONS, SETTINGS, Options, Settings
 
 #: The front ends, by the name an operator types (Netdata's is its job file's).
 CHECK, AGENT, HANDLER, NETDATA = "check_vllm", "check_vllm_agent", "check_vllm_restart", "netdata"

@@ -12,8 +12,8 @@ import threading
 from typing import Any, NoReturn
 
 from check_vllm import __version__
+from check_vllm.contract.defaults import CONNECT_TIMEOUT, SETTINGS
 from check_vllm.contract.probes import AGENT_PORT, host_port
-from check_vllm.contract.vocab import CONNECT_TIMEOUT, SETTINGS
 from check_vllm.front import option_table
 from check_vllm.front.args import Parser, UsageError, check_url, number, read_api_key
 from check_vllm.front.option_table import AGENT

@@ -19,9 +19,9 @@ from typing import NamedTuple
 
 import httpx
 
+from check_vllm.contract.defaults import Options, Settings
 from check_vllm.contract.probes import Seen
 from check_vllm.contract.verdict import Verdict
-from check_vllm.contract.vocab import Options, Settings
 from check_vllm.long_running import Observer, given_clock, next_slot
 from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.instants import Instant, elapsed, instant
 from check_vllm.contract.kept import Baseline, Memory, Remembered, Streak
 from check_vllm.contract.values import EngineReading, Reading
@@ -32,7 +33,6 @@ from check_vllm.contract.vocab import (
     STUCK,
     WARNING,
     WORKING,
-    Settings,
     state_of,
 )
 from check_vllm.judge import wording

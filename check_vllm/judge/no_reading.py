@@ -17,6 +17,7 @@ before saw the server up.
 
 from __future__ import annotations
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.instants import Instant, elapsed, instant, seconds_between
 from check_vllm.contract.kept import NO_PROCESS, Memory, Starts, Stopping
 from check_vllm.contract.values import MODELS_ANSWERED, MODELS_OK, Evidence, Failure, ServerProcess
@@ -34,7 +35,6 @@ from check_vllm.contract.vocab import (
     UNREACHABLE,
     UNRESPONSIVE,
     WARNING,
-    Settings,
 )
 from check_vllm.judge import process_words, wording
 from check_vllm.judge.finish import finish

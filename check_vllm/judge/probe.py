@@ -12,6 +12,7 @@ sight" counts, and it must hold over the same readings and seconds as every othe
 
 from __future__ import annotations
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.instants import Instant, instant
 from check_vllm.contract.kept import Footprint, Memory, Remembered
 from check_vllm.contract.values import (
@@ -26,7 +27,7 @@ from check_vllm.contract.values import (
     Reading,
 )
 from check_vllm.contract.verdict import Verdict
-from check_vllm.contract.vocab import BUSY, CONFIRM, DOWN, IDLE, OK, STALLING, STUCK, WARNING, Settings
+from check_vllm.contract.vocab import BUSY, CONFIRM, DOWN, IDLE, OK, STALLING, STUCK, WARNING
 from check_vllm.judge import wording
 from check_vllm.judge.assess import new_process
 from check_vllm.judge.compare import counted, gauges, moved_engines, restart_reason, signals_differ

@@ -8,9 +8,9 @@ same boot, so a wall-clock step can neither make nor hide a stall. Pure.
 
 from __future__ import annotations
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.instants import Instant, elapsed
 from check_vllm.contract.kept import Streak
-from check_vllm.contract.vocab import Settings
 
 
 def extend(streak: Streak | None, start: Instant, now: Instant) -> Streak:

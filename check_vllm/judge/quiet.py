@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.instants import Instant, elapsed, instant
 from check_vllm.contract.kept import Footprint, Memory, Remembered, Streak
 from check_vllm.contract.values import (
@@ -32,17 +33,7 @@ from check_vllm.contract.values import (
     Reading,
 )
 from check_vllm.contract.verdict import Verdict
-from check_vllm.contract.vocab import (
-    KV_TRANSFER,
-    OK,
-    PAUSED,
-    PROBE,
-    PROBE_DEFERRED,
-    STALLING,
-    STUCK,
-    WARNING,
-    Settings,
-)
+from check_vllm.contract.vocab import KV_TRANSFER, OK, PAUSED, PROBE, PROBE_DEFERRED, STALLING, STUCK, WARNING
 from check_vllm.judge import wording
 from check_vllm.judge.compare import Rates, gauges, moved_engines, restart_reason
 from check_vllm.judge.finish import finish

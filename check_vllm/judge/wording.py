@@ -9,11 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Streak
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import EngineFault, Reading
-from check_vllm.contract.vocab import STALLING, STUCK, Settings
+from check_vllm.contract.vocab import STALLING, STUCK
 from check_vllm.judge.compare import Gauges
 from check_vllm.judge.proof import lasted
 

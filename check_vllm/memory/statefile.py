@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from check_vllm.contract.vocab import LOCK_TIMEOUT
+from check_vllm.contract.defaults import LOCK_TIMEOUT
 from check_vllm.memory import statedir
 from check_vllm.memory.files import MAX_BYTES, read_regular, write_json
 from check_vllm.memory.strictjson import parse_json

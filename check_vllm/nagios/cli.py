@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from check_vllm import __version__
+from check_vllm.contract.defaults import RUN_TIMEOUT, SETTINGS
 from check_vllm.contract.probes import REUSE_MAX, REUSE_OPTION
-from check_vllm.contract.vocab import CODE_NAMES, RUN_TIMEOUT, SETTINGS, UNKNOWN
+from check_vllm.contract.vocab import CODE_NAMES, UNKNOWN
 from check_vllm.front import option_table, statusline
-from check_vllm.front.args import Deadline, Parser, UsageError, check_url, number, read_api_key
+from check_vllm.front.args import Deadline, Parser, UsageError, check_ca_file, check_url, number, read_api_key
 from check_vllm.front.option_table import CHECK
 
 if TYPE_CHECKING:
@@ -120,16 +121,6 @@ def _validate_texts(args: argparse.Namespace) -> None:
                 raise UsageError(f"--{opt.replace('_', '-')}: {err}") from None
 
 
-def _check_ca_file(path: str) -> None:
-    import ssl
-
-    try:
-        ssl.create_default_context(cafile=path)
-    except (OSError, ssl.SSLError) as err:
-        why = getattr(err, "reason", None) or getattr(err, "strerror", None) or err
-        raise UsageError(f"--ca-file {path}: not a readable PEM CA bundle ({why})") from None
-
-
 def _unknown(message: str) -> NoReturn:
     print(f"VLLM {CODE_NAMES[UNKNOWN]} - {statusline.fit(message)}")
     sys.exit(UNKNOWN)
@@ -226,7 +217,7 @@ def _check(argv: list[str] | None = None) -> Answer:
 
 def _run(args: argparse.Namespace, state_dir: Path, started: float, doing: Any) -> Any:
     """The Run the command line decides; the API key and CA file are read here, under the run's alarm."""
-    from check_vllm.contract.vocab import LOCK_TIMEOUT
+    from check_vllm.contract.defaults import LOCK_TIMEOUT
     from check_vllm.server.fetch import Endpoint
     from check_vllm.session import Run
 
@@ -234,7 +225,7 @@ def _run(args: argparse.Namespace, state_dir: Path, started: float, doing: Any) 
     api_key = read_api_key(args.api_key_file)  # inside the alarm: a FIFO or a hung mount must not block forever
     if args.ca_file:
         doing("the CA file")
-        _check_ca_file(args.ca_file)
+        check_ca_file(args.ca_file)
     doing("start-up")
     return Run(
         endpoint=Endpoint(args.url, api_key=api_key, ca_file=args.ca_file, insecure=args.insecure),

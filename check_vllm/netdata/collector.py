@@ -22,11 +22,11 @@ from typing import TextIO
 
 import httpx
 
+from check_vllm.contract.defaults import CONNECT_TIMEOUT, SETTINGS
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.safe_text import one_line
 from check_vllm.contract.values import Reading
 from check_vllm.contract.verdict import Verdict
-from check_vllm.contract.vocab import CONNECT_TIMEOUT, SETTINGS
 from check_vllm.front import option_table
 from check_vllm.front.option_table import NETDATA
 from check_vllm.long_running import Observer, given_clock, next_slot

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from check_vllm.contract.vocab import OPTIONS
+from check_vllm.contract.defaults import OPTIONS
 from check_vllm.front.option_table import BY_FLAG, INT, NETDATA, ROWS, Option, job_number
 
 CONF_NAME = "vllm.conf"

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from check_vllm.contract.defaults import Options, Settings
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import Evidence, Failure
 from check_vllm.contract.verdict import Verdict
-from check_vllm.contract.vocab import DOWN, RESTARTABLE, UNRESPONSIVE, Options, Settings
+from check_vllm.contract.vocab import DOWN, RESTARTABLE, UNRESPONSIVE
 from check_vllm.server import clock
 
 

@@ -15,9 +15,10 @@ from collections.abc import Callable
 
 import httpx
 
+from check_vllm.contract.defaults import RUN_TIMEOUT, Options
 from check_vllm.contract.instants import Instant, elapsed, instant
 from check_vllm.contract.values import ENGINE_DEAD, NO_ANSWER, REJECTED, Failure, ProbeOutcome, Reading
-from check_vllm.contract.vocab import NO_METRICS, RUN_TIMEOUT, Options
+from check_vllm.contract.vocab import NO_METRICS
 from check_vllm.server import api
 from check_vllm.server.fetch import Endpoint
 from check_vllm.server.fetch_errors import FetchError

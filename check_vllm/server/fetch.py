@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 import httpx
 
+from check_vllm.contract.defaults import CONNECT_TIMEOUT
 from check_vllm.contract.safe_text import clean, without_userinfo
-from check_vllm.contract.vocab import CONNECT_TIMEOUT
 from check_vllm.server.fetch_errors import FetchError, failed, unsent
 from check_vllm.server.watchdog import Watchdog
 

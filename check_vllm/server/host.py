@@ -16,9 +16,9 @@ import socket
 import subprocess
 from urllib.parse import urlsplit
 
+from check_vllm.contract.defaults import Options
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import Witness
-from check_vllm.contract.vocab import Options
 from check_vllm.server.processes import by_command_line, process
 
 #: Seconds a --pid-command may take.

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.contract.vocab import Settings
+from check_vllm.contract.defaults import Settings
 from tests.rig.heavy_lock import HeavyLock
 from tests.rig.incident import wait
 from tests.rig.tiers import version_of

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.contract.vocab import Settings
+from check_vllm.contract.defaults import Settings
 from tests.rig.heavy_lock import HeavyLock
 from tests.rig.incident import IncidentLoad, wait
 from tests.rig.vllm_server import VllmSetupError, ensure_tiny_model, ensure_venv, free_port, saturated

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.contract.vocab import Options
+from check_vllm.contract.defaults import Options
 from check_vllm.server import host, processes
 from tests.rig.loading_vllm import PROXY, Loaders, free_port, loaders
 
@@ -239,7 +239,7 @@ def test_an_engine_that_died_under_its_api_server_is_down_in_the_words_of_0_33(r
 def test_the_collector_and_the_agent_date_a_process_on_the_hosts_clock(loader):
     """f2970e2: their in-process memory dated now on time.monotonic(), the process's start on CLOCK_BOOTTIME:
     every reading said "started 0.0 s ago", so a server hanging while it loads was starting for ever."""
-    from check_vllm.contract.vocab import OPTIONS, SETTINGS
+    from check_vllm.contract.defaults import OPTIONS, SETTINGS
     from check_vllm.haproxy.watch import Watch
     from check_vllm.netdata.collector import JobCollector
     from check_vllm.netdata.config import Job

@@ -23,8 +23,8 @@ import httpx
 import pytest
 
 from tests.rig import loading_vllm
-
 from tests.rig.monitoring import REPO, free_port, tail
+
 from .common import localise, script
 from .haproxy import HAProxy
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.rig.monitoring import wait_for
 from vllm_simulator import Simulator
 
-from tests.rig.monitoring import wait_for
 from .common import CRITICAL, OK, WARNING, Result, run_check
 from .conftest import Timer
 from .haproxy import HAProxy

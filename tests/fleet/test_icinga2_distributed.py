@@ -31,6 +31,7 @@ from tests.rig.monitoring import (
     restart_command,
     wait_for,
 )
+
 from .common import localise
 from .conftest import TIMINGS, Timer
 from .icinga_pki import API_PASSWORD, API_USER, ENV, Node, issue, make_ca

@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from check_vllm.contract.vocab import SETTINGS
+from check_vllm.contract.defaults import SETTINGS
 from tests.rig import incident
 
 #: What the supervised vLLM runs with (tests/incident/supervisor.py's program block).

@@ -7,9 +7,10 @@ import re
 import pytest
 
 from check_vllm.contract import vocab
+from check_vllm.contract.defaults import OPTIONS, SETTINGS
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.verdict import Verdict
-from check_vllm.contract.vocab import CRITICAL, OK, OPTIONS, SETTINGS, UNKNOWN, WARNING
+from check_vllm.contract.vocab import CRITICAL, OK, UNKNOWN, WARNING
 from check_vllm.haproxy import reply
 from check_vllm.haproxy.listen import parse_listen
 from check_vllm.haproxy.reply import ABSTAIN, DOWN, DRAIN, FAIL, NO_VERDICT, READY, TABLE, reply_for

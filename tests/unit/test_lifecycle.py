@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import NO_PROCESS, Memory, Stopping
 from check_vllm.contract.values import EngineReading, Evidence, Failure, Reading, ServerProcess, Witness
@@ -23,7 +24,6 @@ from check_vllm.contract.vocab import (
     UNKNOWN,
     UNRESPONSIVE,
     WARNING,
-    Settings,
 )
 from check_vllm.judge.assess import assess
 from check_vllm.judge.no_reading import assess_failure

@@ -8,10 +8,11 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.numbers import LARGEST, finite
 from check_vllm.contract.values import EngineReading, Reading
-from check_vllm.contract.vocab import CRITICAL, Settings
+from check_vllm.contract.vocab import CRITICAL
 from check_vllm.judge.assess import assess
 from check_vllm.memory import codec
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from check_vllm.contract.defaults import OPTIONS, SETTINGS, Options
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import ServerProcess, Witness
-from check_vllm.contract.vocab import CRITICAL, DOWN, IDLE, OPTIONS, SETTINGS, STOPPING, WARNING, Options
+from check_vllm.contract.vocab import CRITICAL, DOWN, IDLE, STOPPING, WARNING
 from check_vllm.observe import observe
 from check_vllm.restart.starting import own_look
 from check_vllm.server import host

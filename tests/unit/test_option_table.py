@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from check_vllm.contract.vocab import Options, Settings
+from check_vllm.contract.defaults import Options, Settings
 from check_vllm.front import option_table
 from check_vllm.front.args import UsageError
 from check_vllm.front.option_table import AGENT, CHECK, FLAG, HANDLER, NETDATA, ROWS, TEXT

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import ANSWERED, NO_ANSWER, REJECTED, EngineReading, ProbeOutcome, Reading
-from check_vllm.contract.vocab import CRITICAL, OK, WARNING, Settings
+from check_vllm.contract.vocab import CRITICAL, OK, WARNING
 from check_vllm.judge.assess import assess
 from check_vllm.judge.probe import after_probe
 

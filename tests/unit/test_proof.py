@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import (
@@ -20,7 +21,7 @@ from check_vllm.contract.values import (
     ProbeOutcome,
     Reading,
 )
-from check_vllm.contract.vocab import CRITICAL, DOWN, NO_METRICS, OK, PROXY, UNRESPONSIVE, WARNING, Settings
+from check_vllm.contract.vocab import CRITICAL, DOWN, NO_METRICS, OK, PROXY, UNRESPONSIVE, WARNING
 from check_vllm.judge.assess import assess
 from check_vllm.judge.no_reading import assess_failure
 from check_vllm.judge.probe import after_probe, probe_failure

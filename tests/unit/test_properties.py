@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import (
     ANSWERED,
@@ -32,7 +33,7 @@ from check_vllm.contract.values import (
     ProbeOutcome,
     Reading,
 )
-from check_vllm.contract.vocab import CRITICAL, OK, Settings
+from check_vllm.contract.vocab import CRITICAL, OK
 from check_vllm.judge.assess import assess
 from check_vllm.judge.no_reading import assess_failure
 from check_vllm.judge.probe import after_probe, probe_failure

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import (
@@ -26,7 +27,7 @@ from check_vllm.contract.values import (
     ProbeOutcome,
     Reading,
 )
-from check_vllm.contract.vocab import CONFIRM, CRITICAL, Settings
+from check_vllm.contract.vocab import CONFIRM, CRITICAL
 from check_vllm.judge.assess import assess
 from check_vllm.judge.no_reading import assess_failure
 from check_vllm.judge.probe import after_probe, probe_failure

@@ -4,6 +4,7 @@ is never stuck and never restartable; a real stall after it is proven from its o
 
 from __future__ import annotations
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import NO_PAUSE_ROUTE, PAUSE_UNKNOWN, PAUSED_NO, PAUSED_YES, EngineReading, Reading
@@ -18,7 +19,6 @@ from check_vllm.contract.vocab import (
     STALLING,
     STUCK,
     WARNING,
-    Settings,
 )
 from check_vllm.judge.assess import assess
 from check_vllm.judge.quiet import asks_server, deferred, on_purpose

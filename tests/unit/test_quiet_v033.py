@@ -4,6 +4,7 @@ fault-tolerance status), and the probe that tells a deferred wait from a hang (j
 
 from __future__ import annotations
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import (
@@ -29,7 +30,6 @@ from check_vllm.contract.vocab import (
     STALLING,
     STUCK,
     WARNING,
-    Settings,
 )
 from check_vllm.judge.assess import assess
 from check_vllm.judge.quiet import asks_checkpoint, asks_faults, deferred, on_purpose, turned_away

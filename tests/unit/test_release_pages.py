@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import pytest
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import Reading
 from check_vllm.contract.verdict import Verdict
-from check_vllm.contract.vocab import CRITICAL, OK, WARNING, Settings
+from check_vllm.contract.vocab import CRITICAL, OK, WARNING
 from check_vllm.judge.assess import assess
 from check_vllm.server.reading import parse
 from tests.rig.pages import DIRS, NAMES, REAL, RELEASE_DIRS, RELEASES

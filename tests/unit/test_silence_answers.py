@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from check_vllm.contract import values, vocab
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import Evidence, Failure
 from check_vllm.contract.vocab import (
@@ -18,7 +19,6 @@ from check_vllm.contract.vocab import (
     UNREACHABLE,
     UNRESPONSIVE,
     WARNING,
-    Settings,
 )
 from check_vllm.judge.no_reading import assess_failure
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from check_vllm.contract.defaults import Settings
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import (
     ANSWERED,
@@ -17,7 +18,7 @@ from check_vllm.contract.values import (
     ProbeOutcome,
     Reading,
 )
-from check_vllm.contract.vocab import CRITICAL, DOWN, OK, UNKNOWN, UNRESPONSIVE, WARNING, Settings
+from check_vllm.contract.vocab import CRITICAL, DOWN, OK, UNKNOWN, UNRESPONSIVE, WARNING
 from check_vllm.judge.assess import assess
 from check_vllm.judge.no_reading import assess_failure
 from check_vllm.judge.probe import after_probe, probe_failure
