@@ -283,7 +283,11 @@ def test_0_as_shipped(stack):
             assert cfg["Labels"].get(k) == v, cfg["Labels"]
         assert host["ReadonlyRootfs"] is True and host["IpcMode"] == svc["ipc"]
         assert host["RestartPolicy"]["Name"] == svc["restart"]
-        assert list(host["Tmpfs"]) == svc["tmpfs"], host["Tmpfs"]
+        assert host["Tmpfs"] == dict((t.split(":", 1) + [""])[:2] for t in svc["tmpfs"]), host["Tmpfs"]
+        # what the process sees: /tmp without noexec (torch.compile loads the kernels it builds there)
+        mounts = Path(f"/proc/{info['State']['Pid']}/mounts").read_text().splitlines()
+        tmp = [line.split()[3].split(",") for line in mounts if line.split()[1] == "/tmp"]
+        assert tmp and "noexec" not in tmp[-1], tmp
         want = svc["deploy"]["resources"]["reservations"]["devices"][0]
         assert [(r["Driver"], r["Count"], r["Capabilities"]) for r in host["DeviceRequests"]] == \
             [(want["driver"], want["count"], [want["capabilities"]])], host["DeviceRequests"]
