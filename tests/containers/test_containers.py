@@ -114,11 +114,12 @@ def test_1_saturated(world):
     before = metrics(c.url)
     load = IncidentLoad(c.url, 6, max_tokens=LOAD_TOKENS)   # goes on when a keep-alive connection is dropped
     try:
-        wait("running=2 and waiting>=1", lambda: (m := metrics(c.url)) and saturated(m), 60, 0.5,
-             diag=lambda: _diag(world))
+        full = wait("running=2 and waiting>=1", lambda: (m := metrics(c.url)) and saturated(m) and m, 60, 0.5,
+                    diag=lambda: _diag(world))
         t_sat = rec.note("6 clients x 1000 tokens on --max-num-seqs 2: saturated (running 2, waiting >= 1)")
         hold = k.stuck_seconds + 3 * k.interval   # longer than stuck needs: a false `stuck` would show
-        samples = []   # (at, running, waiting) from the host, every second
+        # (at, running, waiting) from the host, every second, from the read that found it saturated
+        samples = [(t_sat, total(full, "vllm:num_requests_running"), total(full, "vllm:num_requests_waiting"))]
         open_requests = []   # the load's own count of requests sent and not yet answered, at each sample
 
         def sample_for(seconds: float) -> None:
