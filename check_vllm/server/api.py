@@ -69,7 +69,7 @@ WHOLE = "/metrics"
 #: Only the samples check_vllm.server.reading reads (its own list, `_created` and process_start_time_seconds
 #: included), sorted: one URL, the same on every run. `name[]` goes percent-encoded: a bracket is not
 #: allowed in a query (RFC 3986), and strict proxies and servers refuse it bare.
-RESTRICTED = "/metrics/?" + "&".join(f"name%5B%5D={name}" for name in sorted(reading.WANTED))
+RESTRICTED = "/metrics/?" + "&".join(f"name%5B%5D={name}" for name in sorted(reading.RESTRICTABLE))
 
 
 def read_metrics(client: httpx.Client, endpoint: Endpoint, timeout: float) -> Reading | Failure:

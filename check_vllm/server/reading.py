@@ -1,4 +1,5 @@
-"""vLLM's /metrics text -> one Reading: the few numbers the verdict needs, per engine.
+"""An engine's /metrics text (vLLM's, llama.cpp's: check_vllm.contract.engines) -> one Reading: the few numbers
+the verdict needs, per engine.
 
 Only the wanted families are handed to prometheus_client's parser: a real page is ~55 KB of
 histograms we never look at, and filtering lines first makes parsing ~10x cheaper.
@@ -8,40 +9,27 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from check_vllm.contract.engines import ENGINES, ROW_OF, VLLM, Engine
 from check_vllm.contract.numbers import finite
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import COUNTER_FIELDS, PROGRESS_FIELDS, EngineReading, Reading
 from check_vllm.server.promtext import Sample, sample
 
-# sample name -> field of EngineReading. Counters keep `_total` on their samples.
-_SAMPLES = {
-    "vllm:num_requests_running": "running",
-    "vllm:num_requests_waiting": "waiting",
-    "vllm:iteration_tokens_total_count": "steps",
-    "vllm:iteration_tokens_total_sum": "step_tokens",
-    "vllm:generation_tokens_total": "generation_tokens",
-    "vllm:prompt_tokens_total": "prompt_tokens",
-    "vllm:request_success_total": "finished",
-    "vllm:kv_cache_usage_perc": "kv_cache",
-    "vllm:gpu_cache_usage_perc": "kv_cache",  # vLLM < 0.10 (V0) name
-    "vllm:num_preemptions_total": "preemptions",
-}
+#: Sample name -> field of EngineReading, every engine's (check_vllm.contract.engines).
+_SAMPLES = {name: field for row in ENGINES for name, field in row.samples.items()}
 # Counters whose `_created` sample marks the birth of the process that owns them.
-_CREATED = {
-    "vllm:generation_tokens_created",
-    "vllm:prompt_tokens_created",
-    "vllm:request_success_created",
-    "vllm:iteration_tokens_total_created",
-}
+_CREATED = frozenset(name for row in ENGINES for name in row.created)
 _SLEEP = "vllm:engine_sleep_state"
 _START = "process_start_time_seconds"
 #: Waiting requests by reason: "deferred" ones wait on a KV transfer (or a LoRA budget), not for capacity.
 _BY_REASON = "vllm:num_requests_waiting_by_reason"
 #: An RL trainer moving weights into the server (vllm/entrypoints/rl/online/metrics.py, 0.32 on).
 _WEIGHTS = "vllm:rl_weight_update_operations_in_flight"
-# The sample names the check reads (a line is wanted when its name, up to `{` or ` `, is one): the
-# parser's filter, and the names the restricted page asks for (api.RESTRICTED).
+# The sample names the check reads (a line is wanted when its name, up to `{` or ` `, is one): the parser's filter.
 WANTED = frozenset(_SAMPLES) | _CREATED | {_SLEEP, _START, _BY_REASON, _WEIGHTS}
+#: The names the restricted page asks for (api.RESTRICTED): prometheus_client's `name[]` filter, which only
+#: vLLM's page has.
+RESTRICTABLE = frozenset(VLLM.samples) | VLLM.created | {_SLEEP, _START, _BY_REASON, _WEIGHTS}
 
 
 class NotMetrics(ValueError):
@@ -81,7 +69,8 @@ def _collect(samples: list[Sample]) -> _Collected:
         if name == _WEIGHTS:
             weights = (weights or 0.0) + max(value or 0.0, 0.0)
             continue
-        engine = clean(labels.get("engine", ""), 40)
+        row = ROW_OF.get(name, VLLM)
+        engine = clean(labels.get(row.engine_label, ""), 40) if row.engine_label else ""
         model = model or labels.get("model_name") or None  # protocol data: the probe asks for it as it is
         if value is None:
             continue
@@ -110,19 +99,28 @@ def _never_served(fields: dict[str, float]) -> bool:
     return bool(counters) and not any(counters) and not fields.get("kv_cache")
 
 
-def _usable(values: dict[str, dict[str, float]]) -> None:
+def _usable(values: dict[str, dict[str, float]], row: Engine) -> None:
     """Raise NotMetrics for a page that cannot tell busy from stuck."""
     if not values:
         raise NotMetrics("no vllm: request metrics on the page")
     for engine, fields in values.items():
         if "running" not in fields and "waiting" not in fields and not _never_served(fields):
             where = f" for engine {engine}" if engine else ""
-            raise NotMetrics(f"no vllm:num_requests_running/waiting{where}: work unknown")
+            raise NotMetrics(f"no {row.work}{where}: work unknown")
     # A page cut short or an exporter that lost its counters: no engine shows any progress signal.
     if not any(f in fields for fields in values.values() for f in PROGRESS_FIELDS) and any(
         fields.get("running", 0.0) > 0 or fields.get("waiting", 0.0) > 0 for fields in values.values()
     ):
         raise NotMetrics("work but no progress counters on the page: cannot tell busy from stuck")
+
+
+def _row(lines: list[str]) -> Engine:
+    """The engine whose families the page carries (vLLM's where it carries none of a row's)."""
+    for line in lines:
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in ROW_OF:
+            return ROW_OF[name]
+    return VLLM
 
 
 def parse(text: str) -> Reading:
@@ -137,7 +135,7 @@ def parse(text: str) -> Reading:
         got = _collect([sample(line) for line in lines])
     except ValueError as err:
         raise NotMetrics(f"unparseable metrics: {err}") from None
-    _usable(got.values)
+    _usable(got.values, _row(lines))
     engines = {
         engine: EngineReading(
             running=max(fields.get("running", 0.0), 0.0),
