@@ -50,15 +50,17 @@ class Outcome(NamedTuple):
     error: Exception | None = None
 
 
-def session(run: Run, alone_when_refused: bool = False) -> Outcome:
+def session(run: Run, alone_when_refused: bool = False, held: StateFile | None = None) -> Outcome:
     """The run: its outcome. `alone_when_refused`: in a refused state directory, read the server alone and
     touch nothing there (a probe's startup must not spend the orchestrator's budget on a server it reads
-    serving); otherwise such a run does not judge (the check says UNKNOWN)."""
-    store = check_file(run.state_dir, run.endpoint.url, run.options.proxy, run.lock_timeout)
+    serving); otherwise such a run does not judge (the check says UNKNOWN). `held`: this run's state file, its
+    lock already taken (a probe that looked for a verdict to reuse under it)."""
+    store = held or check_file(run.state_dir, run.endpoint.url, run.options.proxy, run.lock_timeout)
     run.doing("the state file lock")
     refused = unsaved = ""
     try:
-        store.lock()
+        if held is None:
+            store.lock()
     except StateRefused as err:  # what is in it may be another user's: read nothing there
         if not alone_when_refused:
             return Outcome(None, fault=str(err))

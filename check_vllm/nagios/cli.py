@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from check_vllm import __version__
-from check_vllm.contract.defaults import RUN_TIMEOUT, SETTINGS
+from check_vllm.contract.defaults import LOCK_TIMEOUT, RUN_TIMEOUT, SETTINGS
 from check_vllm.contract.probes import REUSE_MAX, REUSE_OPTION
 from check_vllm.contract.vocab import CODE_NAMES, UNKNOWN
 from check_vllm.front import option_table, statusline
@@ -183,11 +183,13 @@ def _check(argv: list[str] | None = None) -> Answer:
         from check_vllm.memory.statefile import default_dir
 
         state_dir = Path(args.state_dir) if args.state_dir else default_dir()
+        held = None
         if args.probe and args.reuse_verdict:  # before httpx is imported: a reused verdict costs a start and a file
             from check_vllm.nagios.probe import answer_saved
 
-            waiting_for[0] = "the saved verdict"
-            reply = answer_saved(args.probe, state_dir, args.url, args.proxy, args.reuse_verdict)
+            waiting_for[0] = "the state file lock (a verdict to reuse)"
+            reply, held = answer_saved(args.probe, state_dir, args.url, args.proxy, args.reuse_verdict,
+                                       min(LOCK_TIMEOUT, args.timeout / 3))
             if reply is not None:
                 return reply
         _validate_texts(args)
@@ -195,7 +197,7 @@ def _check(argv: list[str] | None = None) -> Answer:
         if args.probe:
             from check_vllm.nagios.probe import answer_run
 
-            return answer_run(args.probe, run)
+            return answer_run(args.probe, run, held)
         from check_vllm.contract.vocab import PERFDATA
         from check_vllm.nagios.plugin import build
 
@@ -217,7 +219,6 @@ def _check(argv: list[str] | None = None) -> Answer:
 
 def _run(args: argparse.Namespace, state_dir: Path, started: float, doing: Any) -> Any:
     """The Run the command line decides; the API key and CA file are read here, under the run's alarm."""
-    from check_vllm.contract.defaults import LOCK_TIMEOUT
     from check_vllm.server.fetch import Endpoint
     from check_vllm.session import Run
 

@@ -13,10 +13,13 @@ import io
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from check_vllm.contract import probes
 from check_vllm.contract.probes import KINDS, Answer, Seen
+
+if TYPE_CHECKING:
+    from check_vllm.memory.statefile import StateFile
 
 
 def answer(kind: str, seen: Seen) -> Answer:
@@ -24,7 +27,7 @@ def answer(kind: str, seen: Seen) -> Answer:
     return probes.answer(kind if kind in KINDS else probes.LIVENESS, seen)._replace(kind=kind)
 
 
-def answer_run(kind: str, run: object) -> Answer:
+def answer_run(kind: str, run: object, held: StateFile | None = None) -> Answer:
     """Observe once, as the check does (check_vllm.session: state file, lock, memory), and answer as a probe of
     `kind`; a fault of ours (the lock held too long, our time-out, a bug) is answered with what the state file
     said of the server (it served before, or not)."""
@@ -33,7 +36,7 @@ def answer_run(kind: str, run: object) -> Answer:
     from check_vllm.session import Run, session
 
     assert isinstance(run, Run)
-    outcome = session(run, alone_when_refused=True)
+    outcome = session(run, alone_when_refused=True, held=held)
     verdict = outcome.verdict
     if verdict is None:
         error = outcome.error
@@ -45,29 +48,39 @@ def answer_run(kind: str, run: object) -> Answer:
     return answer(kind, seen)
 
 
-def answer_saved(kind: str, state_dir: Path, url: str, proxy: bool, within: float) -> Answer | None:
-    """--reuse-verdict: the answer the verdict another run saved gives, when it is a pass at most `within`
-    seconds old (probes.reused), read before httpx is imported: the cost of such a run is the interpreter's
-    start and one small file. None: this run reads the server. A state directory that is refused is read not
-    at all, and a file that cannot be used is no verdict."""
+def answer_saved(kind: str, state_dir: Path, url: str, proxy: bool, within: float,
+                 lock_timeout: float) -> tuple[Answer | None, StateFile | None]:
+    """--reuse-verdict, before httpx is imported (such a run costs the interpreter's start and one small file):
+    the answer the verdict another run saved gives, when it is a pass at most `within` seconds old
+    (probes.reused). The state lock is taken first, so a probe started with another (the kubelet fires liveness
+    and readiness together) waits while that one reads and then answers with its verdict. Otherwise (None, the
+    store, still locked: the session reads under it), or (None, None) where the session decides alone (a
+    refused directory, no lock to be had there); the lock held past its wait is answered here, as the session
+    would (waiting twice would spend the probe's budget)."""
     import time
 
-    from check_vllm.memory import codec, statedir
-    from check_vllm.memory.statefile import check_file
+    from check_vllm.memory import codec
+    from check_vllm.memory.statefile import StateBusy, StateError, check_file
 
-    if within <= 0 or kind not in KINDS:
-        return None
+    if within <= 0 or kind not in (probes.LIVENESS, probes.READINESS):
+        return None, None
     try:
-        store = check_file(state_dir, url, proxy)
-        statedir.vet(store.path.parent)
-    except (statedir.StateDirRefused, OSError, ValueError):  # ValueError: a URL no run could have judged
-        return None
-    saved, _ = store.load()  # saves are atomic renames: no lock needed to read one whole
-    last = codec.from_json(saved).last
-    if last is None or last.code is None or last.at is None:
-        return None
-    seen = Seen(last.word, last.code, f"{last.word}: {last.text}" if last.text else last.word)
-    return probes.reused(kind, seen, time.time() - last.at, within)
+        store = check_file(state_dir, url, proxy, lock_timeout)
+        store.lock()
+    except StateBusy as err:
+        served = codec.from_json(store.load()[0]).baseline is not None
+        return answer(kind, Seen(fault=str(err), served_before=served)), None
+    except (StateError, OSError, ValueError):  # refused, or no lock there; ValueError: a URL no run could judge
+        return None, None
+    last = codec.from_json(store.load()[0]).last
+    reply = None
+    if last is not None and last.code is not None and last.at is not None:
+        seen = Seen(last.word, last.code, f"{last.word}: {last.text}" if last.text else last.word)
+        reply = probes.reused(kind, seen, time.time() - last.at, within)
+    if reply is None:
+        return None, store
+    store.unlock()
+    return reply, None
 
 
 def _said(out: str, err: str, code: object) -> str:

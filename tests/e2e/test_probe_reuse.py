@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests.rig.scripts import FAST, run_script
@@ -78,3 +79,18 @@ def test_a_reuse_out_of_bounds_is_a_usage_fault_that_passes(sim: Simulator, tmp_
     assert r.code == 0, r.out
     assert r.out.strip() == ("liveness pass in spite of: UNKNOWN usage: --reuse-verdict must be from 0 to 30 "
                              "seconds (see --help)"), r.out
+
+
+def test_two_probes_fired_together_share_one_reading(sim: Simulator, tmp_path: Path):
+    """As the kubelet fires them (liveness and readiness tick together): one takes the state lock and reads, the
+    other waits on the lock and answers with the verdict it saved."""
+    sim.set_scenario("busy")
+    probe("liveness", sim, tmp_path)  # a baseline, as a pod's earlier periods leave one...
+    time.sleep(1.2)  # ...older than the window: this period's first probe must read
+    before = reads(sim)
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda kind: probe(kind, sim, tmp_path, "--reuse-verdict", "1"),
+                            ("liveness", "readiness")))
+    assert all(r.code == 0 for r in got), [r.out for r in got]
+    assert sum("reused:" in r.out for r in got) == 1, [r.out for r in got]
+    assert reads(sim) == before + 1, "one /metrics read for the two probes"
