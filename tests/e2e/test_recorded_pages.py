@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from check_vllm.contract.vocab import CRITICAL, OK, WARNING
-from tests.rig.pages import RELEASES, PageServer, page
+from tests.rig.pages import RELEASES, PageServer, llamacpp_page, page
 from tests.rig.scripts import Result, run_check
 
 
@@ -67,3 +67,36 @@ def test_every_release_reads_idle_busy_frozen_restarted(release: str, tmp_path: 
         assert (r.code, r.word) == (OK, "restarted"), r.out
         assert r.perf["tokens_per_second"] == "U" and r.perf["steps_per_second"] == "U", r.out
         assert srv.log == [("GET", "/metrics"), ("POST", "/v1/completions")]  # the idle new process: probed
+
+
+def test_llamacpp_pages_read_idle_busy_stuck_restarted(tmp_path: Path):
+    """The pages of a real llama.cpp llama-server (tests/fixtures/real/llamacpp/): its /metrics/ 404s (a
+    restricted page is prometheus_client's), so the check reads the whole page, remembers that, and judges it
+    by llama.cpp's row: requests_processing as work, n_decode_total as progress (issue 40, first step)."""
+    with PageServer(llamacpp_page("idle")) as srv:
+
+        def run(*names: str) -> Result:
+            srv.hand_out(*(llamacpp_page(n) for n in names))
+            r = run_check(tmp_path, "-u", srv.url, "--min-gap", "0", "--reread-delay", "0", "--stuck-seconds", "0")
+            r.perf  # noqa: B018 - asserts the perfdata syntax
+            return r
+
+        r = run("idle")
+        assert (r.code, r.word) == (OK, "idle") and "probe answered" in r.status, r.out
+        # no model_name label on llama.cpp's page: the probe's model is the first /v1/models lists
+        assert srv.log == [("GET", "/metrics"), ("GET", "/v1/models"), ("POST", "/v1/completions")], srv.log
+        r = run("busy-1", "busy-2")
+        assert (r.code, r.word) == (OK, "busy"), r.out
+        assert r.perf["running"] == "2" and float(r.perf["steps_per_second"]) > 0, r.out
+        assert srv.log == [("GET", "/metrics")], "one read of the whole page, no inference request"
+        # another process's pages (the stall was recorded on a second server): a new baseline, then its stall; the
+        # one decode between stall-before and stalled-1 is the last before the thread stopped
+        assert run("stall-before").word == "restarted"
+        assert run("stalled-1").word in ("busy", "stalling")
+        r = run("stalled-2")  # n_decode_total frozen, 2 processing (--stuck-seconds 0: readings alone decide)
+        assert (r.code, r.word) in ((WARNING, "stalling"), (CRITICAL, "stuck")), r.out
+        assert ("GET", "/metrics") in srv.log and ("POST", "/v1/completions") not in srv.log, srv.log
+        r = run("stalled-2")
+        assert (r.code, r.word) == (CRITICAL, "stuck"), r.out
+        r = run("restarted")
+        assert (r.code, r.word) == (OK, "restarted"), r.out

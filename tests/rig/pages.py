@@ -22,8 +22,16 @@ COMPLETION = json.dumps({"object": "text_completion", "model": "tiny-llama", "ch
                          "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode()
 
 
+#: Pages recorded from a real llama.cpp llama-server (tests/fixtures/real/llamacpp/README.md).
+LLAMA_CPP = REAL / "llamacpp"
+
+
 def page(name: str, release: str = "0.32.0") -> str:
     return (DIRS[release] / f"{name}.txt").read_text()
+
+
+def llamacpp_page(name: str) -> str:
+    return (LLAMA_CPP / f"{name}.txt").read_text()
 
 
 class PageServer(ThreadingHTTPServer):
