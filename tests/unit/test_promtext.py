@@ -13,7 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from check_vllm.server.promtext import sample
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
-PAGES = sorted(REAL.rglob("*.txt"))
+#: Every recorded /metrics page; llama.cpp's directory also keeps the server's other answers, HTTP and all.
+PAGES = sorted(p for p in REAL.rglob("*.txt")
+               if not p.name.startswith(("headers-", "health-", "timeline", "metrics-")))
 
 
 def reference(line: str) -> tuple[str, dict[str, str], float]:
