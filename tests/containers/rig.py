@@ -363,6 +363,8 @@ class Recorder:
     phases: list[tuple[float, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        #: When the last `docker inspect` that has been read was asked (a run ended before it is in `runs`).
+        self.looked = 0.0
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._events_proc: subprocess.Popen | None = None
@@ -400,6 +402,7 @@ class Recorder:
 
     def _sample(self) -> None:
         while not self._stop.is_set():
+            looked = time.time()
             st = self.c.inspect_state()
             health = st.get("Health") or {}
             status = health.get("Status") or "-"
@@ -414,6 +417,7 @@ class Recorder:
                 except (KeyError, ValueError):
                     continue
                 self.runs.setdefault(start, run)
+            self.looked = looked  # every health run that ended before this has been seen
             self._stop.wait(1.0)
 
     def _classic_loop(self) -> None:

@@ -137,6 +137,10 @@ def test_1_saturated(world):
         t_end = rec.note("the load stops")
     finally:
         load.stop()
+    # Docker adds a health run to its log when the run ends, and the recorder reads the log every second (slower
+    # on a loaded machine: CI once judged the window before it had read a run that read the engine idle and probed)
+    wait("the recorder to read the window's health runs", lambda: rec.looked > t_end + k.health_timeout, 60, 0.5,
+         diag=lambda: _diag(world))
     world.measured["saturated samples"] = samples
     after = metrics(c.url)
     # a client whose keep-alive connection the server closed as it sent the next request goes on (not a loss)
