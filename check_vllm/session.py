@@ -15,7 +15,7 @@ from check_vllm.contract.kept import Memory
 from check_vllm.contract.verdict import Verdict
 from check_vllm.memory import codec
 from check_vllm.memory.marker import load_marker, marker_path
-from check_vllm.memory.statefile import StateBusy, StateError, StateFile, StateRefused, check_file
+from check_vllm.memory.statefile import StateBusy, StateError, StateFile, StateRefused, check_file, served_before
 from check_vllm.observe import observe
 from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint
@@ -66,13 +66,14 @@ def session(run: Run, alone_when_refused: bool = False, held: StateFile | None =
             return Outcome(None, fault=str(err))
         refused = unsaved = f"{err}; {ALONE}"
     except StateBusy as err:  # the file is read once without the lock, for what it remembers (saves are renames)
-        return Outcome(None, fault=str(err), served_before=_served(store))
+        return Outcome(None, fault=str(err), served_before=served_before(store))
     except StateError as err:  # no lock can be made there: judge this run alone, and say so
         unsaved = _blind(str(err))
-    served_before = False
+    served = False
     try:
-        remembered, marker, note, served_before = (Memory(), None, "", False) if refused else _recall(run, store)
-        unsaved = unsaved or _blind(store.unwritable()) if not refused else unsaved
+        remembered, marker, note, served = (Memory(), None, "", False) if refused else _recall(run, store)
+        if not refused:
+            unsaved = unsaved or _blind(store.unwritable())
         if unsaved:  # a baseline this run cannot replace would compare the server's past, not its present
             remembered = Memory()
         with run.endpoint.client() as client:
@@ -85,10 +86,10 @@ def session(run: Run, alone_when_refused: bool = False, held: StateFile | None =
             except StateError as err:
                 unsaved = f"state not saved: {err}"
     except Exception as err:  # noqa: BLE001 - the run's -t (Deadline) or a bug: the front end words it
-        return Outcome(None, fault=str(err), served_before=served_before, error=err)
+        return Outcome(None, fault=str(err), served_before=served, error=err)
     finally:
         store.unlock()
-    return Outcome(verdict, unsaved=unsaved, note=note, served_before=served_before)
+    return Outcome(verdict, unsaved=unsaved, note=note, served_before=served)
 
 
 def _recall(run: Run, store: StateFile) -> tuple[Memory, Instant | None, str, bool]:
@@ -97,11 +98,6 @@ def _recall(run: Run, store: StateFile) -> tuple[Memory, Instant | None, str, bo
     remembered = codec.from_json(saved)
     marker, marker_note = load_marker(marker_path(run.state_dir, run.endpoint.url), clock.now())
     return remembered, marker, "; ".join(filter(None, (note, marker_note))), remembered.baseline is not None
-
-
-def _served(store: StateFile) -> bool:
-    saved, _ = store.load()
-    return codec.from_json(saved).baseline is not None
 
 
 def _blind(why: str | None) -> str:

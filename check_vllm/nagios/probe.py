@@ -31,7 +31,6 @@ def answer_run(kind: str, run: object, held: StateFile | None = None) -> Answer:
     """Observe once, as the check does (check_vllm.session: state file, lock, memory), and answer as a probe of
     `kind`; a fault of ours (the lock held too long, our time-out, a bug) is answered with what the state file
     said of the server (it served before, or not)."""
-    from check_vllm.contract.vocab import UNKNOWN
     from check_vllm.front.args import Deadline
     from check_vllm.session import Run, session
 
@@ -43,7 +42,7 @@ def answer_run(kind: str, run: object, held: StateFile | None = None) -> Answer:
         why = outcome.fault if error is None or isinstance(error, Deadline) else \
             f"internal error: {error.__class__.__name__}: {error}"
         return answer(kind, Seen(fault=why, served_before=outcome.served_before))
-    seen = Seen(verdict.word, verdict.code if verdict.code is not None else UNKNOWN, verdict.summary,
+    seen = Seen(verdict.word, verdict.code, verdict.summary,
                 fault=outcome.unsaved, reading=bool(verdict.engines), served_before=outcome.served_before)
     return answer(kind, seen)
 
@@ -60,7 +59,7 @@ def answer_saved(kind: str, state_dir: Path, url: str, proxy: bool, within: floa
     import time
 
     from check_vllm.memory import codec
-    from check_vllm.memory.statefile import StateBusy, StateError, check_file
+    from check_vllm.memory.statefile import StateBusy, StateError, check_file, served_before
 
     if within <= 0 or kind not in (probes.LIVENESS, probes.READINESS):
         return None, None
@@ -68,8 +67,7 @@ def answer_saved(kind: str, state_dir: Path, url: str, proxy: bool, within: floa
         store = check_file(state_dir, url, proxy, lock_timeout)
         store.lock()
     except StateBusy as err:
-        served = codec.from_json(store.load()[0]).baseline is not None
-        return answer(kind, Seen(fault=str(err), served_before=served)), None
+        return answer(kind, Seen(fault=str(err), served_before=served_before(store))), None
     except (StateError, OSError, ValueError):  # refused, or no lock there; ValueError: a URL no run could judge
         return None, None
     last = codec.from_json(store.load()[0]).last
