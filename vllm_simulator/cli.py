@@ -13,8 +13,9 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from .core import DEFAULT_BUSY_QUEUE_SECONDS, Simulator
+from .core import DEFAULT_BUSY_QUEUE_SECONDS, FLAVOURS, Simulator
 from .scenarios import SCENARIOS, TABLE
+from .sglang_engine import SglangOptions
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -37,6 +38,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="delay of /metrics in scenario slow (default 10)")
     parser.add_argument("--busy-queue-seconds", type=float, default=DEFAULT_BUSY_QUEUE_SECONDS,
                         help="how long a real request queues in scenario busy before it is served (default 30)")
+    parser.add_argument("--flavour", default="vllm", choices=FLAVOURS,
+                        help="whose server to look like: vllm (default) or sglang (0.5.23's metrics and routes)")
+    parser.add_argument("--watchdog-timeout", type=float, default=SglangOptions.watchdog_timeout,
+                        help="sglang: seconds stuck with a batch before the watchdog kills the server (default 300)")
+    parser.add_argument("--skip-server-warmup", action="store_true",
+                        help="sglang: start without the warmup request, so no batch has run yet")
     return parser.parse_args(argv)
 
 
@@ -55,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             host=args.host,
             port=args.port,
             busy_queue_seconds=args.busy_queue_seconds,
+            flavour=args.flavour,
+            sglang=SglangOptions(watchdog_timeout=args.watchdog_timeout, skip_server_warmup=args.skip_server_warmup),
         )
         sim.start()
     except (ValueError, OSError) as exc:

@@ -10,17 +10,25 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterable
+from functools import partial
 from types import TracebackType
 from typing import Final
 
 from prometheus_client import generate_latest
 from prometheus_client.core import Metric
 
+from .engine import EngineCounters
 from .listener import Listener
 from .openai_api import INFERENCE_PATHS
 from .page import registry_for, restricted
 from .process import RecordedRequest, SimulatedProcess
 from .scenarios import Scenario, lookup
+from .sglang_engine import SglangEngine, SglangOptions
+from .sglang_page import render as render_sglang
+from .sglang_routes import INFERENCE as SGLANG_INFERENCE
+from .sglang_server import SglangServer, Watchdog, any_stuck
+
+FLAVOURS = ("vllm", "sglang")
 
 DEFAULT_BUSY_QUEUE_SECONDS: Final = 30.0
 
@@ -43,8 +51,14 @@ class Simulator:
         host: str = "127.0.0.1",
         port: int = 0,
         busy_queue_seconds: float = DEFAULT_BUSY_QUEUE_SECONDS,
+        flavour: str = "vllm",
+        sglang: SglangOptions | None = None,
     ) -> None:
         entry = lookup(scenario)
+        if flavour not in FLAVOURS:
+            raise ValueError(f"unknown flavour {flavour!r}; known: {', '.join(FLAVOURS)}")
+        if flavour == "sglang" and legacy:
+            raise ValueError("legacy (V0) metrics are vLLM's; the sglang flavour has its own")
         if engines < 1:
             raise ValueError("engines must be >= 1")
         if max_num_seqs < 1:
@@ -62,7 +76,12 @@ class Simulator:
         self._listener: Listener | None = None
         self._timer: threading.Timer | None = None
         self._generation = 0  # bumps on every set_scenario so a stale timer does nothing
-        self._process = SimulatedProcess(entry, engines, max_num_seqs, busy_queue_seconds)
+        self.flavour = flavour
+        #: The SGLang API server's state when the flavour is sglang (None: vLLM, the default).
+        self.sglang = SglangServer(sglang or SglangOptions()) if flavour == "sglang" else None
+        self._watchdog = Watchdog(self.sglang.options.watchdog_timeout, self._watchdog_exit) if self.sglang else None
+        factory = partial(SglangEngine.started, self.sglang.options) if self.sglang else EngineCounters
+        self._process = SimulatedProcess(entry, engines, max_num_seqs, busy_queue_seconds, factory)
         self._registry = registry_for(self._metric_families)
 
     # --- settings and state ------------------------------------------------------------------------------------
@@ -115,12 +134,15 @@ class Simulator:
             self._open_listener()
             if not self._process.entry().listening:
                 self._close_listener()
+            self._arm_watchdog()
         return self
 
     def stop(self) -> None:
         """Close the listener and every open connection, and release requests waiting for a slot."""
         with self._life:
             self._cancel_timer()
+            if self._watchdog is not None:
+                self._watchdog.arm(False, self._generation)
             self._process.set_stopping(True)
             self._close_listener()
             self._started = False
@@ -175,6 +197,7 @@ class Simulator:
                 timer.daemon = True
                 self._timer = timer
                 timer.start()
+            self._arm_watchdog()
 
     def _checked(self, name: str) -> Scenario:
         """The table entry for ``name``, if this simulator can enter it (ValueError if not)."""
@@ -187,6 +210,17 @@ class Simulator:
         with self._life:
             if generation == self._generation and not self._process.stopping:
                 self.set_scenario(then)
+
+    def _arm_watchdog(self) -> None:
+        """SGLang only: restart the scheduler watchdog's countdown after a switch (``_life`` held)."""
+        if self._watchdog is not None:
+            self._watchdog.arm(self._started and any_stuck(self._process.entry(), self.engines), self._generation)
+
+    def _watchdog_exit(self, generation: int) -> None:
+        """The watchdog fired: the server process tree is gone, as the scenario ``dead`` has it."""
+        with self._life:
+            if generation == self._generation and not self._process.stopping:
+                self._set_scenario("dead", seconds=None, then="idle")
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -204,7 +238,10 @@ class Simulator:
         return self._process.requests()
 
     def inference_requests(self) -> list[RecordedRequest]:
-        """Only the POSTs to the completion endpoints: what a check must not send while the server is busy."""
+        """Only the requests that generate: what a check must not send while the server is busy (the POSTs to the
+        completion endpoints; on SGLang also GET /health and /health_generate, each a real generation)."""
+        if self.sglang is not None:
+            return [r for r in self.requests() if (r.method, r.path) in SGLANG_INFERENCE]
         return [r for r in self.requests() if r.method == "POST" and r.path in INFERENCE_PATHS]
 
     def clear_requests(self) -> None:
@@ -218,4 +255,7 @@ class Simulator:
 
     def _metric_families(self) -> list[Metric]:
         """Called by the registry's collector on each scrape."""
+        server = self.sglang
+        if server is not None:
+            return self._process.locked(lambda engines, _, start: render_sglang(server.view(self.model, engines, start)))
         return self._process.families(self.model, self.legacy, self._multiprocess_flag)

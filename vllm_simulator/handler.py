@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, cast
 from urllib.parse import parse_qs, urlsplit
 
-from . import control, openai_api, page, routes
+from . import control, openai_api, page, routes, sglang_routes
 from .engine import Outcome
 from .scenarios import MetricsAnswer
 
@@ -44,6 +44,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "uvicorn"
     sys_version = ""
+    last_status: int | None = None  # of the last response sent on this connection
 
     @property
     def _server(self) -> TrackingServer:
@@ -118,6 +119,7 @@ class Handler(BaseHTTPRequestHandler):
         """Write a complete response; ``handler`` labels it in http_requests_total (None: not counted)."""
         if handler is not None:
             self._proc.count_http(handler, self.command, status)
+        self.last_status = status
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         for name, value in headers.items():
@@ -167,6 +169,9 @@ class Handler(BaseHTTPRequestHandler):
         self._proc.record(self.command, path)
         if self._proc.is_gone():
             self._drop()
+            return
+        if sim.sglang is not None:  # the SGLang flavour answers its own routes
+            sglang_routes.dispatch(self, sim.sglang, target, body)
             return
         expected = routes.KNOWN.get(path)
         if expected is None:

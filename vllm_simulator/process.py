@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from prometheus_client.core import Metric
 
@@ -18,6 +19,8 @@ from .engine import EngineCounters, Outcome, admits, background, busy_kv
 from .page import PageView, render
 from .scenarios import EngineMode, Scenario
 from .vllm_families import EngineView
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,10 @@ class RecordedRequest:
 class SimulatedProcess:
     """The state of one simulated server process and how it moves; see the module docstring."""
 
-    def __init__(self, entry: Scenario, engines: int, max_num_seqs: int, busy_queue_seconds: float) -> None:
+    def __init__(self, entry: Scenario, engines: int, max_num_seqs: int, busy_queue_seconds: float,
+                 engine_factory: Callable[[], EngineCounters] = EngineCounters) -> None:
         self.max_num_seqs = max_num_seqs
+        self._new_engine = engine_factory  # another flavour's engine (sglang_engine) counts its own series too
         self.busy_queue_seconds = busy_queue_seconds
         self._cond = threading.Condition()
         now = time.monotonic()
@@ -46,7 +51,7 @@ class SimulatedProcess:
         self._entry = entry
         self._since = now  # when the entry in force was entered
         self._start_time = time.time()
-        self._engines = [EngineCounters() for _ in range(engines)]
+        self._engines = [engine_factory() for _ in range(engines)]
         self._http_counts: dict[tuple[str, str, str], tuple[float, float]] = {}  # key -> (count, created)
         self._requests: list[RecordedRequest] = []
         self._real_waiting = 0
@@ -176,6 +181,12 @@ class SimulatedProcess:
                 http_counts=self._http_counts,
             ))
 
+    def locked(self, use: Callable[[Sequence[EngineCounters], Scenario, float], T]) -> T:
+        """``use(engines, entry, start_time)`` under the lock, after crediting the work done until now."""
+        with self._cond:
+            self._advance_locked(time.monotonic())
+            return use(self._engines, self._entry, self._start_time)
+
     def _engine_view_locked(self, index: int) -> EngineView:
         mode = self._entry.mode(index)
         running, waiting = background(mode, self.max_num_seqs)
@@ -194,14 +205,14 @@ class SimulatedProcess:
         self._entry = entry
         self._since = now
         while len(self._engines) < entry.min_engines:
-            self._engines.append(EngineCounters())
+            self._engines.append(self._new_engine())
         if entry.restarts or restart:
             self._restart_locked()
         self._settle_kv_locked(now)
 
     def _restart_locked(self) -> None:
         self._start_time = max(time.time(), self._start_time + 0.001)
-        self._engines = [EngineCounters() for _ in self._engines]
+        self._engines = [self._new_engine() for _ in self._engines]
         self._http_counts.clear()
         self._settle_kv_locked(time.monotonic())
 
