@@ -144,10 +144,10 @@ def _probed(step: Step, verdict: Verdict, got: Reading, fair: float,
     calls, settings = step.calls, step.settings
     outcome = calls.probe(calls.options.model or got.model)
     if outcome.kind == ENGINE_PAUSED:
-        checkpoint = None
-        if asks_checkpoint(verdict.memory, got):
-            calls.doing("GET /checkpoint/status")
-            checkpoint = held.checkpoint(calls.client, calls.endpoint, calls.left(None))
+        checkpoint, route = None, calls.engine.routes.checkpoint
+        if route and asks_checkpoint(verdict.memory, got):
+            calls.doing(f"GET {route}")
+            checkpoint = held.checkpoint(calls.client, calls.endpoint, route, calls.left(None))
         return turned_away(verdict, got, outcome, checkpoint, settings, calls.now()), got
     failure = probe_failure(outcome)
     reread: Reading | Failure | None = None
@@ -220,12 +220,13 @@ def _sequence(step: Step, memory: Memory) -> Observation:
 def _explained(calls: Calls, verdict: Verdict, got: Reading, settings: Settings) -> Verdict:
     """A stall its server may explain (paused on purpose, a faulted engine held for recovery, deferred work):
     GET /is_paused and the fault-tolerance status are asked on this path only, where the judge says they may
-    tell."""
+    tell, and only of an engine whose server has them."""
     said = faults = None
-    if asks_server(verdict, got):
-        calls.doing("GET /is_paused")
-        said = api.is_paused(calls.client, calls.endpoint, calls.left(None))
-    if asks_faults(verdict, got):
+    routes = calls.engine.routes
+    if routes.paused and asks_server(verdict, got):
+        calls.doing(f"GET {routes.paused}")
+        said = api.is_paused(calls.client, calls.endpoint, routes.paused, calls.left(None))
+    if routes.faults and asks_faults(verdict, got):
         calls.doing("GET the fault-tolerance status")
-        faults = held.faults(calls.client, calls.endpoint, calls.left(None))
+        faults = held.faults(calls.client, calls.endpoint, routes.faults, calls.left(None))
     return on_purpose(verdict, got, said, settings, calls.now(), faults)

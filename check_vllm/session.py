@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from check_vllm.contract.defaults import LOCK_TIMEOUT, Options, Settings
+from check_vllm.contract.engines import AUTO, VLLM
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.verdict import Verdict
@@ -48,6 +49,8 @@ class Outcome(NamedTuple):
     note: str = ""
     served_before: bool = False
     error: Exception | None = None
+    #: Whose server it is (a key of check_vllm.contract.engines.BY_KEY): --engine's, else the newest reading's.
+    engine: str = VLLM.key
 
 
 def session(run: Run, alone_when_refused: bool = False, held: StateFile | None = None) -> Outcome:
@@ -89,7 +92,15 @@ def session(run: Run, alone_when_refused: bool = False, held: StateFile | None =
         return Outcome(None, fault=str(err), served_before=served, error=err)
     finally:
         store.unlock()
-    return Outcome(verdict, unsaved=unsaved, note=note, served_before=served)
+    return Outcome(verdict, unsaved=unsaved, note=note, served_before=served, engine=_engine(run, verdict))
+
+
+def _engine(run: Run, verdict: Verdict) -> str:
+    """--engine's, else the newest reading's (a server that stopped serving is still the engine it was)."""
+    if run.options.engine != AUTO:
+        return run.options.engine
+    base = verdict.memory.baseline
+    return base.reading.engine if base is not None else VLLM.key
 
 
 def _recall(run: Run, store: StateFile) -> tuple[Memory, Instant | None, str, bool]:

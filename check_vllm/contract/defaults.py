@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from check_vllm.contract.engines import AUTO
+
 
 class Settings(NamedTuple):
     """How the judge weighs evidence. The defaults here are the check's, the handler's and Netdata's."""
@@ -62,6 +64,8 @@ class Options(NamedTuple):
     server_port: int | None = None
     #: The user vLLM runs as: only this user's processes (and their --config files) are the host's witness.
     server_user: str | None = None
+    #: Whose page /metrics is: a key of check_vllm.contract.engines.BY_KEY, or "auto" (the page says).
+    engine: str = AUTO
 
 
 #: The check's whole-run budget (-t), seconds.

@@ -1,7 +1,9 @@
 """The engines whose /metrics page check_vllm reads, one row each: which samples give the numbers the judge
 reads (check_vllm.contract.values.EngineReading's fields), which label tells one engine of a page from another,
-and how the output names it. The judge judges readings and never asks which engine gave them: only the page's
-reader (check_vllm.server.reading) uses these rows, and it picks the row by the families the page carries. Pure.
+how the output names it, and which of its server's routes the check may ask. The judge judges readings and never
+asks which engine gave them: the page's reader (check_vllm.server.reading) picks the row by the families the page
+carries (or by --engine), and the calls (check_vllm.server.calls, check_vllm.observe) ask only the routes its row
+names. Pure.
 """
 
 from __future__ import annotations
@@ -11,8 +13,26 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 
+class Routes(NamedTuple):
+    """What an engine's server serves beyond /metrics, /v1/models and /v1/completions: each is asked only on the
+    path that needs it ("" or (): the server has no such route, and it is never asked)."""
+
+    #: /metrics/?name[]=... (prometheus_client's own app): the restricted page, a tenth of the whole.
+    metrics_filter: bool = False
+    #: Says whether the engine is paused on purpose (asked on a stall only).
+    paused: str = ""
+    #: The fault-tolerance status, newest route first (asked on a stall only).
+    faults: tuple[str, ...] = ()
+    #: The checkpoint status (asked after a request was turned away as paused).
+    checkpoint: str = ""
+    #: Answered from the API server's own state, 503 with an empty body once the engine died (asked after a 5xx).
+    engine_dead: str = ""
+    #: Routes that cost the engine work (a generation behind a health URL): never asked, whatever happens.
+    never: tuple[str, ...] = ()
+
+
 class Engine(NamedTuple):
-    #: How the output names it.
+    #: How the output names it, and what --engine calls it.
     name: str
     #: Its families' prefix on the page.
     prefix: str
@@ -24,6 +44,11 @@ class Engine(NamedTuple):
     engine_label: str = ""
     #: The work gauges, as a missing-work message names them.
     work: str = ""
+    #: The first word of the status line (the plugin's name for what it checks).
+    label: str = "VLLM"
+    #: What --engine takes, and what a Reading and the state file carry.
+    key: str = "vllm"
+    routes: Routes = Routes()
 
 
 VLLM = Engine(
@@ -43,26 +68,40 @@ VLLM = Engine(
     frozenset({"vllm:generation_tokens_created", "vllm:prompt_tokens_created", "vllm:request_success_created",
                "vllm:iteration_tokens_total_created"}),
     engine_label="engine", work="vllm:num_requests_running/waiting",
+    routes=Routes(
+        metrics_filter=True,
+        paused="/is_paused",  # >= 0.32 with VLLM_SERVER_DEV_MODE=1
+        # 0.34 (vllm/entrypoints/serve/fault_tolerance/api_router.py get_status), then 0.33's; served only
+        # with --enable-fault-tolerance (vllm/entrypoints/launchers/api_server/routers.py)
+        faults=("/v1/fault_tolerance/status", "/fault_tolerance/status"),
+        checkpoint="/checkpoint/status",  # >= 0.34 with --enable-sleep-mode
+        engine_dead="/health",  # every release 0.27-0.34 (vllm/entrypoints/serve/instrumentator/health.py)
+    ),
 )
 
 #: llama.cpp's `llama-server --metrics` (tools/server/server.cpp, the metrics route): no labels, no
 #: `_created`; `n_decode_total` counts llama_decode() calls, a step counter that moves on every decode, while
-#: `tokens_predicted_total` moves only when a request ends. `requests_processing` is the work gauge,
-#: `requests_deferred` the queue. The per-second gauges (predicted_tokens_seconds) are reset by every read:
-#: never asked.
+#: `tokens_predicted_total` moves only when a request ends: not read (a request of minutes would show 0 tok/s,
+#: then thousands at its end). `requests_processing` is the work gauge, `requests_deferred` the queue. The
+#: per-second gauges (predicted_tokens_seconds) are reset by every read: never read. Its routes: /metrics
+#: ignores a query and 404s `/metrics/`; /health answers from the HTTP thread (200 while the decode loop is
+#: stopped, 503 while loading), so it proves nothing of the engine; no pause, fault or checkpoint route.
 LLAMA_CPP = Engine(
     "llama.cpp", "llamacpp:",
     MappingProxyType({
         "llamacpp:requests_processing": "running",
         "llamacpp:requests_deferred": "waiting",
         "llamacpp:n_decode_total": "steps",
-        "llamacpp:tokens_predicted_total": "generation_tokens",
         "llamacpp:prompt_tokens_total": "prompt_tokens",
     }),
-    work="llamacpp:requests_processing/requests_deferred",
+    work="llamacpp:requests_processing/requests_deferred", label="LLAMACPP", key="llamacpp",
 )
 
 #: Every engine, the first the default where a page says nothing.
 ENGINES = (VLLM, LLAMA_CPP)
+#: Each row by its key.
+BY_KEY: Mapping[str, Engine] = MappingProxyType({row.key: row for row in ENGINES})
+#: What --engine takes besides the keys: the page says.
+AUTO = "auto"
 #: Each sample name the rows read, with its row.
 ROW_OF: Mapping[str, Engine] = MappingProxyType({name: row for row in ENGINES for name in (*row.samples, *row.created)})

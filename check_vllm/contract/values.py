@@ -52,6 +52,8 @@ class Reading(NamedTuple):
     #: Weight-update operations in flight (vllm:rl_weight_update_operations_in_flight, summed): an RL trainer
     #: moving weights in; None where the server has no such gauge.
     weight_updates: float | None = None
+    #: Which engine's page it is: the key of its row (check_vllm.contract.engines).
+    engine: str = "vllm"
 
     @property
     def work(self) -> float:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from check_vllm.contract.defaults import CONNECT_TIMEOUT, OPTIONS, SETTINGS, Options, Settings
+from check_vllm.contract.engines import AUTO, BY_KEY, ENGINES
 
 #: The front ends, by the name an operator types (Netdata's is its job file's).
 CHECK, AGENT, HANDLER, NETDATA = "check_vllm", "check_vllm_agent", "check_vllm_restart", "netdata"
@@ -43,6 +44,8 @@ class Option(NamedTuple):
     short: str = ""
     field: str = ""
     negate: bool = False
+    #: The values a text row takes (none: any).
+    choices: tuple[str, ...] = ()
 
     @property
     def dest(self) -> str:
@@ -64,6 +67,10 @@ ROWS: tuple[Option, ...] = (
            metavar="FILE"),
     Option("--proxy", FLAG, SERVER, "the URL is a load balancer: read only /v1/models (each /metrics read could "
            "hit another backend)", frozenset({CHECK, HANDLER, NETDATA}), default=False, field="proxy"),
+    Option("--engine", TEXT, SERVER, "whose /metrics the URL serves: " + ", ".join(
+           f"{row.key} ({row.name}, {row.prefix} families)" for row in ENGINES) + f"; {AUTO}: the page's families "
+           "say; named, a page of another engine is no metrics (default: %(default)s)", _EVERY | {NETDATA},
+           default=OPTIONS.engine, field="engine", choices=(AUTO, *BY_KEY)),
     Option("--stuck-readings", INT, DECISION, "comparisons without progress before stuck (default: %(default)s)",
            _JUDGES, default=SETTINGS.stuck_readings, low=1, high=1000, metavar="N", field="stuck_readings"),
     Option("--stuck-seconds", FLOAT, DECISION, "and wall-clock seconds without progress before stuck; 0: readings "
@@ -158,7 +165,7 @@ def add(target: Any, front: str, group: str, required: Iterable[str] = ()) -> No
                                 metavar=row.metavar)
         else:
             target.add_argument(*names, type=None if row.kind == TEXT else ranged(row), default=row.default,
-                                metavar=row.metavar, help=row.help)
+                                metavar=row.metavar, help=row.help, choices=row.choices or None)
 
 
 def _given(values: Any, front: str) -> dict[str, Any]:

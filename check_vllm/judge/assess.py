@@ -209,6 +209,8 @@ def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | 
     text = wording.engines(words, stalls, reading, now, settings) + wording.counts(g)
     if rate_values.tokens_per_second is not None and word == BUSY:
         text += f", {rate_values.tokens_per_second:.1f} tok/s"
+    elif rate_values.steps_per_second is not None and word == BUSY:  # an engine that counts tokens only at the end
+        text += f", {rate_values.steps_per_second:.1f} steps/s"
     stalled = max((lasted(s, now) for s in stalls.values()), default=0.0)
     return finish(new, word, text, g, now, engines=words, stalled=stalled,
                   rate_values=rate_values, state=state_of(word, OK))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
+from check_vllm.contract.engines import BY_KEY, VLLM
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Baseline, Footprint, Memory, Remembered, Starts, Stopping, Streak
 from check_vllm.contract.numbers import finite
@@ -78,7 +79,8 @@ def _baseline(raw: Any) -> Baseline | None:
         if start is None:
             return None
     model = raw.get("model") if isinstance(raw.get("model"), str) else None
-    return Baseline(Reading(engines=engines, process_start=start, model=model), at)  # type: ignore[arg-type]
+    engine = raw.get("engine") if raw.get("engine") in BY_KEY else VLLM.key  # written only for another engine
+    return Baseline(Reading(engines=engines, process_start=start, model=model, engine=engine), at)  # type: ignore[arg-type]
 
 
 def _streak(raw: Any) -> Streak | None:
@@ -165,8 +167,11 @@ def _streak_json(s: Streak) -> dict[str, Any]:
 
 def _baseline_json(b: Baseline) -> dict[str, Any]:
     r = b.reading
-    return {**instant_json(b.at, "at"), "process_start": r.process_start, "model": r.model,
-            "engines": {n: _engine_json(e) for n, e in r.engines.items()}}
+    out = {**instant_json(b.at, "at"), "process_start": r.process_start, "model": r.model,
+           "engines": {n: _engine_json(e) for n, e in r.engines.items()}}
+    if r.engine != VLLM.key:  # a vLLM server's file stays as it was
+        out["engine"] = r.engine
+    return out
 
 
 def to_json(memory: Memory) -> dict[str, Any]:

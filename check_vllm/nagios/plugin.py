@@ -9,6 +9,7 @@ from typing import Any
 import nagiosplugin
 from nagiosplugin.performance import Performance
 
+from check_vllm.contract.engines import BY_KEY, VLLM
 from check_vllm.contract.numbers import finite
 from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import CRITICAL, OK, PERFDATA, UNKNOWN, WARNING
@@ -38,10 +39,11 @@ class Server(nagiosplugin.Resource):
     def __init__(self, run: Run) -> None:
         self.run = run
         self.outcome: Outcome | None = None
+        self.check: nagiosplugin.Check | None = None  # set by build(): the status line names the engine
 
     @property
     def name(self) -> str:
-        return "VLLM"
+        return BY_KEY[self.outcome.engine].label if self.outcome is not None else VLLM.label
 
     @property
     def save_failed(self) -> bool:
@@ -49,6 +51,8 @@ class Server(nagiosplugin.Resource):
 
     def probe(self) -> Iterator[nagiosplugin.Metric]:
         outcome = self.outcome = session(self.run)
+        if self.check is not None:
+            self.check.name = self.name
         if outcome.error is not None:
             raise outcome.error
         if outcome.verdict is None:  # the state lock held past its wait, a state directory refused
@@ -131,7 +135,8 @@ class VerdictSummary(nagiosplugin.Summary):
 
     def _fit(self, text: str) -> str:
         perfdata = " ".join(self.check.perfdata) if self.check is not None else ""
-        return statusline.fit(text, statusline.text_budget("VLLM CRITICAL - ", f"| {perfdata}" if perfdata else ""))
+        name = self.check.name if self.check is not None else VLLM.label
+        return statusline.fit(text, statusline.text_budget(f"{name} CRITICAL - ", f"| {perfdata}" if perfdata else ""))
 
     def _line(self, results: nagiosplugin.Results) -> str:
         head = results["verdict"].hint
@@ -163,7 +168,8 @@ def build(run: Run, ranges: dict[str, str | None]) -> nagiosplugin.Check:
     summary = VerdictSummary()
     thresholds = [ThresholdContext(perf.label, *(ranges.get(flag) for flag in perf.ranges))
                   for perf in PERFDATA if perf.ranges]
-    check = nagiosplugin.Check(Server(run), VerdictContext(), PerfContext(), StateFileContext(), *thresholds, summary)
-    check.name = "VLLM"
-    summary.check = check
+    server = Server(run)
+    check = nagiosplugin.Check(server, VerdictContext(), PerfContext(), StateFileContext(), *thresholds, summary)
+    check.name = VLLM.label  # until the run says whose server it is
+    summary.check = server.check = check
     return check

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from check_vllm.contract import probes
+from check_vllm.contract.engines import ENGINES
 from check_vllm.contract.probes import KINDS, Answer, Seen
 
 if TYPE_CHECKING:
@@ -87,7 +88,8 @@ def _said(out: str, err: str, code: object) -> str:
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         if lines:
             line = lines[-1] if text is err else lines[0]
-            return line.split(" - ", 1)[1] if line.startswith("VLLM ") and " - " in line else line
+            named = any(line.startswith(f"{row.label} ") for row in ENGINES)
+            return line.split(" - ", 1)[1] if named and " - " in line else line
     return f"the check exited {code!r} without a word"
 
 

@@ -48,6 +48,7 @@ class Job:
     timeout: float = BY_FLAG["--timeout"].default
     api_key: str | None = None
     model: str | None = None
+    engine: str = OPTIONS.engine
 
     @property
     def chart_type(self) -> str:
@@ -70,7 +71,8 @@ _UPDATE_EVERY = Option("--update-every", INT, "", "seconds between two collectio
                        high=3600)
 #: The option table's numbers a job takes (their keys, bounds and defaults are the table's).
 _NUMBERS = tuple(row for row in ROWS if NETDATA in row.fronts and row.kind in ("int", "float"))
-_KNOWN = {"url", "proxy", "update_every", "probe", "api_key_file", "model", *(row.dest for row in _NUMBERS)}
+_KNOWN = {"url", "proxy", "update_every", "probe", "api_key_file", "model", "engine", *(row.dest for row in _NUMBERS)}
+_ENGINE = BY_FLAG["--engine"]
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -155,6 +157,9 @@ def parse_job(section: str, sec: configparser.SectionProxy, plugin_every: int) -
     except ValueError as err:
         raise ConfigError(str(err)) from None
     numbers["stuck_readings"] = int(numbers["stuck_readings"])
+    engine = (sec.get("engine") or "").strip().lower() or JOB.engine
+    if engine not in _ENGINE.choices:
+        raise ConfigError(f"engine = {engine!r} is not one of {', '.join(_ENGINE.choices)}")
     return Job(
         name=job_name(section),
         url=url,
@@ -163,6 +168,7 @@ def parse_job(section: str, sec: configparser.SectionProxy, plugin_every: int) -
         probe=_flag(sec, "probe", JOB.probe),
         api_key=api_key,
         model=(sec.get("model") or "").strip() or None,
+        engine=engine,
         **numbers,
     )
 

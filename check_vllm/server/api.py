@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import httpx
 
+from check_vllm.contract.engines import VLLM, Engine
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import (
     ANSWERED,
@@ -72,9 +73,11 @@ WHOLE = "/metrics"
 RESTRICTED = "/metrics/?" + "&".join(f"name%5B%5D={name}" for name in sorted(reading.RESTRICTABLE))
 
 
-def read_metrics(client: httpx.Client, endpoint: Endpoint, timeout: float) -> Reading | Failure:
-    """GET the whole /metrics page once: a Reading, or the Failure that explains why there is none."""
-    return _read(client, endpoint, WHOLE, timeout)[0]
+def read_metrics(client: httpx.Client, endpoint: Endpoint, timeout: float, named: Engine | None = None
+                 ) -> Reading | Failure:
+    """GET the whole /metrics page once: a Reading, or the Failure that explains why there is none. `named`:
+    the engine --engine names (None: the page says)."""
+    return _read(client, endpoint, WHOLE, timeout, named)[0]
 
 
 class Restricted(NamedTuple):
@@ -87,18 +90,20 @@ class Restricted(NamedTuple):
     as_asked: bool = True
 
 
-def read_restricted(client: httpx.Client, endpoint: Endpoint, timeout: float) -> Restricted:
+def read_restricted(client: httpx.Client, endpoint: Endpoint, timeout: float, named: Engine | None = None
+                    ) -> Restricted:
     """GET the restricted page once. The URL may be at fault on a 4xx, a 5xx, a page without the families
     asked for or a redirect gone wrong (an older vLLM, a proxy that routes only /metrics or strips the
     query); a redirect that led to a page means the same, though that page is read. A page with more
     than was asked for (a server that ignores the filter) is a Reading like any other."""
-    got, at_fault, redirected = _read(client, endpoint, RESTRICTED, timeout)
+    got, at_fault, redirected = _read(client, endpoint, RESTRICTED, timeout, named)
     if at_fault:
         return Restricted(None, False)
     return Restricted(got, not redirected)
 
 
-def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float) -> tuple[Reading | Failure, bool, bool]:
+def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float, named: Engine | None
+          ) -> tuple[Reading | Failure, bool, bool]:
     """(what one GET of `path` gave, whether another URL might do better, whether it was redirected).
     Failures name /metrics, never the query: it is long, and an operator knows the endpoint by that name."""
     try:
@@ -118,11 +123,11 @@ def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float) -
     if resp.status != 200:
         return Failure(NO_METRICS, f"/metrics answered HTTP {resp.status}"), True, False
     try:
-        return parse(resp.text()), False, resp.redirects > 0
+        return parse(resp.text(), named), False, resp.redirects > 0
     except NotMetrics as err:
         kind = resp.content_type.split(";")[0].strip() or "no content type"
         kind = clean(kind, 60)
-        detail = f"/metrics is not vLLM's ({clean(str(err), 160)}; {kind}, {len(resp.body)} bytes)"
+        detail = f"/metrics is not {(named or VLLM).name}'s ({clean(str(err), 160)}; {kind}, {len(resp.body)} bytes)"
         return Failure(NO_METRICS, detail), True, False
 
 
@@ -156,22 +161,23 @@ def liveness(client: httpx.Client, endpoint: Endpoint, kind: str, detail: str, t
     return Failure(kind, detail, models=MODELS_OK, model=model)
 
 
-def engine_dead(client: httpx.Client, endpoint: Endpoint, timeout: float) -> bool:
-    """GET /health says the engine died: vLLM answers 503 with an empty body then, on every release 0.27-0.34
-    (vllm/entrypoints/serve/instrumentator/health.py). A proxy's 502/503 (a page, not vLLM's empty answer), a
-    time-out or anything else says nothing: asked only when a probe or a read has already failed."""
+def engine_dead(client: httpx.Client, endpoint: Endpoint, route: str, timeout: float) -> bool:
+    """GET `route` (vLLM's /health: Engine.routes.engine_dead) says the engine died: vLLM answers 503 with an
+    empty body then. A proxy's 502/503 (a page, not vLLM's empty answer), a time-out or anything else says
+    nothing: asked only when a probe or a read has already failed."""
     try:
-        resp = request(client, endpoint, "GET", "/health", min(timeout, HEALTH_TIMEOUT))
+        resp = request(client, endpoint, "GET", route, min(timeout, HEALTH_TIMEOUT))
     except FetchError:
         return False
     return resp.status == 503 and not resp.body.strip()
 
 
-def is_paused(client: httpx.Client, endpoint: Endpoint, timeout: float) -> str:
-    """What GET /is_paused says (vLLM >= 0.32 with VLLM_SERVER_DEV_MODE=1, for RL trainers' /pause): PAUSED_YES or
-    PAUSED_NO; NO_PAUSE_ROUTE for a 404 (not in dev mode, or older); PAUSE_UNKNOWN for anything else."""
+def is_paused(client: httpx.Client, endpoint: Endpoint, route: str, timeout: float) -> str:
+    """What GET `route` says (vLLM's /is_paused, >= 0.32 with VLLM_SERVER_DEV_MODE=1, for RL trainers' /pause):
+    PAUSED_YES or PAUSED_NO; NO_PAUSE_ROUTE for a 404 (not in dev mode, or older); PAUSE_UNKNOWN for anything
+    else."""
     try:
-        resp = request(client, endpoint, "GET", "/is_paused", min(timeout, HEALTH_TIMEOUT), auth=True)
+        resp = request(client, endpoint, "GET", route, min(timeout, HEALTH_TIMEOUT), auth=True)
     except FetchError:
         return PAUSE_UNKNOWN
     if resp.status == 404:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import httpx
 
 from check_vllm.contract.defaults import RUN_TIMEOUT, Options
+from check_vllm.contract.engines import AUTO, BY_KEY, VLLM, Engine
 from check_vllm.contract.instants import Instant, elapsed, instant
 from check_vllm.contract.values import ENGINE_DEAD, NO_ANSWER, REJECTED, Failure, ProbeOutcome, Reading
 from check_vllm.contract.vocab import NO_METRICS
@@ -36,6 +37,10 @@ class Calls:
         self.doing, self.now = doing, now
         #: Since when this server is read by its whole page (None: the restricted one); the memory carries it.
         self.whole_page = whole_page
+        #: The engine --engine names (None: each page says which it is).
+        self.named: Engine | None = None if options.engine == AUTO else BY_KEY[options.engine]
+        #: The engine of the newest reading (the named one, else vLLM's before any): whose routes may be asked.
+        self.engine: Engine = self.named or VLLM
 
     def left(self, cap: float | None) -> float:
         """A request's timeout: its cap, never beyond the deadline (no cap: what the deadline leaves)."""
@@ -45,7 +50,10 @@ class Calls:
         return max(min(cap, room), 0.1)
 
     def _restricted(self) -> bool:
-        """Ask for the restricted page: always, unless it failed here less than RESTRICTED_RETRY ago."""
+        """Ask for the restricted page: always, unless it failed here less than RESTRICTED_RETRY ago, or the engine
+        named has none."""
+        if self.named is not None and not self.named.routes.metrics_filter:
+            return False
         if self.whole_page is None:
             return True
         since = elapsed(self.whole_page, instant(self.now()))
@@ -57,16 +65,21 @@ class Calls:
         got: Reading | Failure | None = None
         asked = self._restricted()
         if asked:
-            restricted = api.read_restricted(self.client, self.endpoint, self.left(self.options.metrics_timeout))
+            restricted = api.read_restricted(self.client, self.endpoint, self.left(self.options.metrics_timeout),
+                                             self.named)
             got = restricted.got
             if isinstance(got, Reading):  # the restricted page works (again); a redirect got us the whole page
                 self.whole_page = None if restricted.as_asked else instant(self.now())
         if got is None:
-            got = api.read_metrics(self.client, self.endpoint, self.left(self.options.metrics_timeout))
+            got = api.read_metrics(self.client, self.endpoint, self.left(self.options.metrics_timeout), self.named)
             if asked and isinstance(got, Reading):  # the URL was at fault, not the server: the whole page from now on
                 self.whole_page = instant(self.now())
         if isinstance(got, Failure) and got.kind == NO_METRICS:
             return self.liveness(NO_METRICS, got.detail)
+        if isinstance(got, Reading):
+            self.engine = BY_KEY.get(got.engine, VLLM)
+            if not self.engine.routes.metrics_filter:  # an engine that has none: never asked while it serves
+                self.whole_page = instant(self.now())
         return got
 
     def liveness(self, kind: str, detail: str) -> Failure:
@@ -88,11 +101,15 @@ class Calls:
         return outcome
 
     def engine_dead(self) -> bool:
-        """Asked after a 5xx only (a time-out is an event loop too busy to tell): a dead engine's words changed
-        in 0.33, its GET /health did not. And only vLLM's own API server proves it: it keeps serving /metrics
-        with a dead engine, while a proxy before a server it cannot reach (Caddy: an empty 503 for everything)
-        answers /health as it answers the rest, so /metrics is read once more, and must answer."""
-        self.doing("GET /health")
-        if not api.engine_dead(self.client, self.endpoint, self.left(None)):
+        """Asked after a 5xx only (a time-out is an event loop too busy to tell), of an engine whose server has
+        such a route: a dead engine's words changed in vLLM 0.33, its GET /health did not. And only vLLM's own API
+        server proves it: it keeps serving /metrics with a dead engine, while a proxy before a server it cannot
+        reach (Caddy: an empty 503 for everything) answers /health as it answers the rest, so /metrics is read
+        once more, and must answer."""
+        route = self.engine.routes.engine_dead
+        if not route:
+            return False
+        self.doing(f"GET {route}")
+        if not api.engine_dead(self.client, self.endpoint, route, self.left(None)):
             return False
         return isinstance(self.metrics(), Reading)

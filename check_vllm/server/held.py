@@ -17,18 +17,15 @@ from check_vllm.server.fetch_errors import FetchError
 
 #: vLLM's CheckpointState values (vllm/v1/engine/__init__.py, 0.34).
 CHECKPOINT_STATES = ("running", "preparing", "prepared", "restoring", "failed")
-#: The fault-tolerance status route: 0.34 (vllm/entrypoints/serve/fault_tolerance/api_router.py get_status), then
-#: 0.33's. Served only with --enable-fault-tolerance (vllm/entrypoints/launchers/api_server/routers.py).
-FAULT_ROUTES = ("/v1/fault_tolerance/status", "/fault_tolerance/status")
 #: vLLM's EngineStatusType names, lower case, other than healthy (vllm/v1/engine/__init__.py).
 NOT_HEALTHY = ("diagnosing", "unhealthy", "dead")
 
 
-def checkpoint(client: httpx.Client, endpoint: Endpoint, timeout: float) -> Checkpoint:
+def checkpoint(client: httpx.Client, endpoint: Endpoint, route: str, timeout: float) -> Checkpoint:
     """GET /checkpoint/status (vLLM >= 0.34, with --enable-sleep-mode; vllm/entrypoints/serve/checkpoint/
     api_router.py checkpoint_status): 200 prepared, 500 failed, 503 otherwise, each with {"state", "error"}."""
     try:
-        resp = request(client, endpoint, "GET", "/checkpoint/status", min(timeout, HEALTH_TIMEOUT), auth=True)
+        resp = request(client, endpoint, "GET", route, min(timeout, HEALTH_TIMEOUT), auth=True)
     except FetchError:
         return Checkpoint(PAUSE_UNKNOWN)
     if resp.status == 404:
@@ -41,10 +38,11 @@ def checkpoint(client: httpx.Client, endpoint: Endpoint, timeout: float) -> Chec
     return Checkpoint(state, clean(endpoint.redact(error), 160) if isinstance(error, str) else "")
 
 
-def faults(client: httpx.Client, endpoint: Endpoint, timeout: float) -> tuple[EngineFault, ...] | str:
+def faults(client: httpx.Client, endpoint: Endpoint, routes: tuple[str, ...], timeout: float
+           ) -> tuple[EngineFault, ...] | str:
     """The engines the fault-tolerance status calls not healthy ({"engines": [{"id", "status", "fault_info"}]},
-    vllm/v1/engine/core_client.py get_status); NO_PAUSE_ROUTE when neither route is served."""
-    for path in FAULT_ROUTES:
+    vllm/v1/engine/core_client.py get_status); NO_PAUSE_ROUTE when none of `routes` is served."""
+    for path in routes:
         try:
             resp = request(client, endpoint, "GET", path, min(timeout, HEALTH_TIMEOUT), auth=True)
         except FetchError:

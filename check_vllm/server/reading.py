@@ -102,7 +102,7 @@ def _never_served(fields: dict[str, float]) -> bool:
 def _usable(values: dict[str, dict[str, float]], row: Engine) -> None:
     """Raise NotMetrics for a page that cannot tell busy from stuck."""
     if not values:
-        raise NotMetrics("no vllm: request metrics on the page")
+        raise NotMetrics(f"no {row.prefix} request metrics on the page")
     for engine, fields in values.items():
         if "running" not in fields and "waiting" not in fields and not _never_served(fields):
             where = f" for engine {engine}" if engine else ""
@@ -114,8 +114,10 @@ def _usable(values: dict[str, dict[str, float]], row: Engine) -> None:
         raise NotMetrics("work but no progress counters on the page: cannot tell busy from stuck")
 
 
-def _row(lines: list[str]) -> Engine:
-    """The engine whose families the page carries (vLLM's where it carries none of a row's)."""
+def _row(lines: list[str], named: Engine | None) -> Engine:
+    """The engine whose families the page carries (vLLM's where it carries none of a row's), or the one named."""
+    if named is not None:
+        return named
     for line in lines:
         name = line.split("{", 1)[0].split(" ", 1)[0]
         if name in ROW_OF:
@@ -123,19 +125,23 @@ def _row(lines: list[str]) -> Engine:
     return VLLM
 
 
-def parse(text: str) -> Reading:
-    """Parse a /metrics page. Raises NotMetrics when it holds no usable `vllm:` family."""
+def parse(text: str, named: Engine | None = None) -> Reading:
+    """Parse a /metrics page, as the `named` engine's (else the engine whose families it carries). Raises
+    NotMetrics when it holds no usable family of that engine."""
     lines = text.splitlines()
     if lines and not text.endswith("\n"):
         lines.pop()  # a line is complete only with its newline: a cut body must not yield a cut number
     lines = [line for line in lines if _wanted(line)]
+    row = _row(lines, named)
+    if named is not None:  # only its own families: another engine's page is not its
+        lines = [line for line in lines if ROW_OF.get(line.split("{", 1)[0].split(" ", 1)[0], row) is row]
     if not lines:
-        raise NotMetrics("no vllm: metrics on the page")
+        raise NotMetrics(f"no {row.prefix} metrics on the page")
     try:
         got = _collect([sample(line) for line in lines])
     except ValueError as err:
         raise NotMetrics(f"unparseable metrics: {err}") from None
-    _usable(got.values, _row(lines))
+    _usable(got.values, row)
     engines = {
         engine: EngineReading(
             running=max(fields.get("running", 0.0), 0.0),
@@ -154,4 +160,4 @@ def parse(text: str) -> Reading:
         for engine, fields in sorted(got.values.items())
     }
     return Reading(engines=engines, process_start=got.process_start, model=got.model,
-                   weight_updates=got.weight_updates)
+                   weight_updates=got.weight_updates, engine=row.key)

@@ -95,8 +95,33 @@ def test_llamacpp_pages_read_idle_busy_stuck_restarted(tmp_path: Path):
         assert run("stalled-1").word in ("busy", "stalling")
         r = run("stalled-2")  # n_decode_total frozen, 2 processing (--stuck-seconds 0: readings alone decide)
         assert (r.code, r.word) in ((WARNING, "stalling"), (CRITICAL, "stuck")), r.out
-        assert ("GET", "/metrics") in srv.log and ("POST", "/v1/completions") not in srv.log, srv.log
+        # a stall asks llama.cpp nothing but its page: it has no /is_paused, no fault status, and its /health
+        # answers from the HTTP thread; and never the restricted page, which it 404s
+        assert srv.asked == ["/metrics"], srv.asked
         r = run("stalled-2")
-        assert (r.code, r.word) == (CRITICAL, "stuck"), r.out
+        assert (r.code, r.word) == (CRITICAL, "stuck") and r.first.startswith("LLAMACPP CRITICAL - stuck"), r.out
+        assert srv.asked == ["/metrics"], srv.asked
         r = run("restarted")
         assert (r.code, r.word) == (OK, "restarted"), r.out
+
+
+def test_the_status_line_names_llamacpp_and_engine_names_whose_page_to_read(tmp_path: Path):
+    """The status line names the engine it read (its row's label), also once the server stops answering;
+    --engine llamacpp never asks the restricted page (llama.cpp 404s it), and a page of another engine is no
+    metrics, said as such."""
+    with PageServer(llamacpp_page("idle")) as srv:
+        def run(*args: str) -> Result:
+            return run_check(tmp_path, "-u", srv.url, "--min-gap", "0", *args)
+
+        r = run("--engine", "llamacpp")
+        assert (r.code, r.word) == (OK, "idle") and r.first.startswith("LLAMACPP OK - idle: probe answered"), r.out
+        assert srv.asked == ["/metrics", "/v1/models"], srv.asked  # the whole page at once
+        srv.hand_out(page("idle"))
+        r = run("--engine", "llamacpp")
+        assert (r.code, r.word) == (WARNING, "no metrics"), r.out
+        assert r.first.startswith("LLAMACPP WARNING - no metrics: /metrics is not llama.cpp's (no llamacpp: "), r.out
+        srv.hand_out(llamacpp_page("busy-1"))
+        assert run().first.startswith("LLAMACPP OK - "), "auto: the page says"
+        url = srv.url
+    r = run_check(tmp_path, "-u", url, "--min-gap", "0")
+    assert (r.code, r.word) == (CRITICAL, "down") and r.first.startswith("LLAMACPP CRITICAL - down"), r.out

@@ -44,6 +44,8 @@ class PageServer(ThreadingHTTPServer):
     def __init__(self, first: str, restricted: bool = False) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.queue, self.log, self.restricted = [first], [], restricted
+        #: Every GET's path and query as asked, the restricted page's 404s included.
+        self.asked: list[str] = []
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
@@ -51,7 +53,7 @@ class PageServer(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}"
 
     def hand_out(self, *pages: str) -> None:
-        self.queue, self.log = list(pages), []
+        self.queue, self.log, self.asked = list(pages), [], []
 
     def __enter__(self) -> PageServer:
         return self
@@ -66,6 +68,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
+        self.server.asked.append(self.path)
         if path == "/metrics" and self.path != "/metrics" and not self.server.restricted:
             self.send_error(404)
             return

@@ -154,10 +154,11 @@ def test_the_shared_option_table_is_the_code_s_and_netdata_says_the_same_default
     text = tool.USAGE.read_text()
     assert text.count(tool.O_START) == text.count(tool.O_END) == 1
     assert tool.render(text) == text, "docs/usage.md is stale: run `python tools/update_readme.py`"
-    from check_vllm.front.option_table import INT, NETDATA, ROWS
+    from check_vllm.front.option_table import INT, NETDATA, ROWS, TEXT
 
     netdata = (tool.USAGE.parent / "netdata.md").read_text()
     for row in ROWS:
         if NETDATA in row.fronts and row.default is not None and not isinstance(row.default, bool):
-            shown = str(int(row.default)) if row.kind == INT or float(row.default).is_integer() else f"{row.default:g}"
+            shown = (f"`{row.default}`" if row.kind == TEXT else str(int(row.default))
+                     if row.kind == INT or float(row.default).is_integer() else f"{row.default:g}")
             assert f"| `{row.dest}` | {shown} |" in netdata, row.dest
