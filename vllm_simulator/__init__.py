@@ -18,6 +18,10 @@ Nothing here is meant for production; it only depends on the standard library an
 Modules: ``scenarios`` (the table), ``engine`` (one engine's counters and rates), ``process`` (the simulated
 process behind the lock), ``vllm_families`` and ``page`` (the /metrics page), ``openai_api`` (request and
 response bodies), ``handler`` and ``listener`` (HTTP and the socket), ``core`` (``Simulator``), ``cli``.
+
+``Simulator(flavour="sglang")`` (``--flavour sglang``) answers as SGLang 0.5.23 does instead, read from its source:
+``sglang_engine`` (what a scheduler counts and when it writes its gauges), ``sglang_series``, ``sglang_families``
+and ``sglang_page`` (the multiprocess-mode page), ``sglang_server`` and ``sglang_routes`` (pause, health, watchdog).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from .engine import (
 )
 from .process import RecordedRequest
 from .scenarios import BY_NAME, SCENARIOS, TABLE, EngineMode, MetricsAnswer, Scenario
+from .sglang_engine import SglangOptions
 
 __all__ = [
     "BY_NAME",
@@ -44,5 +49,6 @@ __all__ = [
     "RecordedRequest",
     "Scenario",
     "Simulator",
+    "SglangOptions",
     "main",
 ]

@@ -280,6 +280,16 @@ class _Fixed:
         return list(self._page.metrics())
 
 
+def test_fixture_pages_are_what_the_flavour_renders_now() -> None:
+    from tests.sim.sglang_fixtures import OUT, pages
+
+    rendered = pages()
+    assert rendered and all((OUT / name).read_bytes() == body for name, body in rendered.items())
+    assert b"sglang:num_running_reqs" not in rendered["idle_fresh.txt"]
+    assert b'sglang:num_running_reqs{engine_type="unified",model_name="tiny-llama",moe_ep_rank="0",pp_rank="0",' \
+        b'tp_rank="0"} 1.0' in rendered["hung_after_work.txt"]
+
+
 def test_cli_serves_the_sglang_flavour() -> None:
     proc = subprocess.Popen([sys.executable, "-m", "vllm_simulator", "--flavour", "sglang", "--port", "0"],
                             cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
