@@ -48,6 +48,11 @@ class Engine(NamedTuple):
     label: str = "VLLM"
     #: What --engine takes, and what a Reading and the state file carry.
     key: str = "vllm"
+    #: The programs (argv[0]'s base name) that run its server, for the host's witness (vLLM's command lines are
+    #: told by check_vllm.server.processes itself: `vllm serve`, `python -m ...`), and the port it serves when
+    #: its command line names none.
+    programs: tuple[str, ...] = ()
+    default_port: int = 8000
     routes: Routes = Routes()
 
 
@@ -95,6 +100,7 @@ LLAMA_CPP = Engine(
         "llamacpp:prompt_tokens_total": "prompt_tokens",
     }),
     work="llamacpp:requests_processing/requests_deferred", label="LLAMACPP", key="llamacpp",
+    programs=("llama-server",), default_port=8080,  # common/arg.cpp: --port, LLAMA_ARG_PORT; 8080
 )
 
 #: Every engine, the first the default where a page says nothing.

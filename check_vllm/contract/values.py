@@ -130,7 +130,7 @@ class EngineFault(NamedTuple):
 
 
 class ServerProcess(NamedTuple):
-    """The vLLM API server's process as this host sees it. PID, start (clock ticks since boot) and boot id
+    """The server's process (vLLM's API server, llama-server) as this host sees it. PID, start (clock ticks since boot) and boot id
     together name one process: a reused PID has another start, a reboot another boot id."""
 
     pid: int
@@ -139,6 +139,8 @@ class ServerProcess(NamedTuple):
     started: Instant
     #: How it was found: "command line", "pid file", "pid command".
     how: str
+    #: Whose server it runs, as the output names it (check_vllm.contract.engines: Engine.name).
+    engine: str = "vLLM"
 
     @property
     def identity(self) -> str:

@@ -15,7 +15,7 @@ def starting(since_restart: float, detail: str) -> str:
 
 
 def _named(process: ServerProcess) -> str:
-    return f"vLLM process {process.pid}" + (f" (from its {process.how})" if process.how != "command line" else "")
+    return f"{process.engine} process {process.pid}" + (f" (from its {process.how})" if process.how != "command line" else "")
 
 
 

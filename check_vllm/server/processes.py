@@ -1,5 +1,5 @@
-"""Which process on this host serves a port: vLLM's API server found by its command line (its --port, or the
-port in its --config file), behind a proxy on this host, and what the host cannot see (/proc hidden, another
+"""Which process on this host serves a port: vLLM's API server (or another engine's server: its row's programs)
+found by its command line (its --port, or the port in vLLM's --config file), behind a proxy on this host, and what the host cannot see (/proc hidden, another
 network namespace, a port it cannot tell), so that finding none is said to be proof only when it is.
 
 Read only when /metrics gave no reading, and only for a URL whose host is this host (check_vllm.server.host).
@@ -12,19 +12,31 @@ import re
 import stat
 from collections.abc import Sequence
 
+from check_vllm.contract.engines import ENGINES, VLLM, Engine
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.values import ServerProcess, Witness
 from check_vllm.server import clock, procfs
 
-#: vLLM's default --port.
-DEFAULT_PORT = 8000
 #: The API server's module, for `python -m ...` command lines.
 API_MODULE = "vllm.entrypoints.openai.api_server"
 #: A --config file is read this far: vLLM's are a few lines.
 CONFIG_MAX = 64 << 10
 
 
+def engine_of(argv: Sequence[str]) -> Engine | None:
+    """The engine whose server this command line runs (None: none of theirs)."""
+    if _is_vllm(argv):
+        return VLLM
+    program = os.path.basename(argv[0]) if argv else ""
+    return next((row for row in ENGINES if program in row.programs), None)
+
+
 def is_api_server(argv: Sequence[str]) -> bool:
+    """A command line of an engine's server: vLLM's, llama-server, ..."""
+    return engine_of(argv) is not None
+
+
+def _is_vllm(argv: Sequence[str]) -> bool:
     """A command line of vLLM's API server: `vllm serve ...` or `python -m vllm.entrypoints.openai.api_server`."""
     return any(os.path.basename(a) == "vllm" and argv[i + 1:i + 2] == ["serve"] for i, a in enumerate(argv)) \
         or any(a == API_MODULE or a.endswith("/" + API_MODULE.replace(".", "/") + ".py") for a in argv)
@@ -76,15 +88,16 @@ def api_port(argv: Sequence[str], cwd: str = "/", owner: int | None = None) -> i
     documented YAML form), else vLLM's 8000; None when it cannot be told here: a --port that is no number, a
     --config this user cannot read or that is no regular file of the server's user (`owner`) or root. A
     relative --config is the server's own (its working directory)."""
-    given, config = _flag(argv, "--port"), _flag(argv, "--config")
+    row = engine_of(argv) or VLLM
+    given, config = _flag(argv, "--port"), _flag(argv, "--config") if row is VLLM else None
     if given is None and config is not None:
         raw = _regular_file(os.path.join(cwd, config), {0, os.geteuid() if owner is None else owner})
         if raw is None:
             return None
         found = _YAML_PORT.search(raw)
-        return int(found.group(1)) if found else DEFAULT_PORT
+        return int(found.group(1)) if found else row.default_port
     try:
-        return int(given) if given is not None else DEFAULT_PORT
+        return int(given) if given is not None else row.default_port
     except ValueError:
         return None
 
@@ -105,7 +118,7 @@ def _stat_start(pid: int) -> int | None:
         return None
 
 
-def process(pid: int, how: str) -> ServerProcess | None:
+def process(pid: int, how: str, engine: str = VLLM.name) -> ServerProcess | None:
     """The live process `pid`, with its identity and age; None when it is gone (or a zombie)."""
     ticks = _stat_start(pid)
     if ticks is None or pid <= 0:
@@ -114,7 +127,7 @@ def process(pid: int, how: str) -> ServerProcess | None:
     now = clock.now()
     if now.mono is None:  # no boot-time clock here: /proc/uptime is the same clock
         return None
-    return ServerProcess(pid, ticks, Instant(now.wall - max(now.mono - started, 0.0), started, now.boot), how)
+    return ServerProcess(pid, ticks, Instant(now.wall - max(now.mono - started, 0.0), started, now.boot), how, engine)
 
 
 def _netns(pid: int | str) -> str | None:
@@ -139,16 +152,17 @@ def _api_servers(user: int | None) -> tuple[dict[int, list[int]], list[str], lis
     servers: dict[int, list[int]] = {}
     for pid in procfs.pids():
         argv = procfs.cmdline(pid)
-        if pid == os.getpid() or not is_api_server(argv):
+        row = engine_of(argv) if pid != os.getpid() else None
+        if row is None:
             continue
         owner = _owner(pid)
         if user is not None and owner != user:
             continue
         served, ns = api_port(argv, f"/proc/{pid}/cwd", owner), _netns(pid)
         if served is None:
-            untold.append(f"vLLM process {pid}: its port cannot be told here")
+            untold.append(f"{row.name} process {pid}: its port cannot be told here")
         elif ns is None or (mine is not None and ns != mine):
-            elsewhere.append(f"vLLM process {pid}: it runs in another network namespace")
+            elsewhere.append(f"{row.name} process {pid}: it runs in another network namespace")
         else:
             servers.setdefault(served, []).append(pid)
     return servers, untold, elsewhere
@@ -156,7 +170,8 @@ def _api_servers(user: int | None) -> tuple[dict[int, list[int]], list[str], lis
 
 def _oldest(pids: Sequence[int], how: str) -> ServerProcess | None:
     """The oldest live one (the parent of a multi-process server: its API server children share its command line)."""
-    seen = [p for p in (process(pid, how) for pid in pids) if p is not None]
+    seen = [p for p in (process(pid, how, (engine_of(procfs.cmdline(pid)) or VLLM).name) for pid in pids)
+            if p is not None]
     return min(seen, key=lambda p: p.start_ticks) if seen else None
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from check_vllm.contract.engines import ENGINES
 from tests.rig.zygote import Zygote
 
 #: Fast settings for the check end to end: the gap and re-read delay are seconds in production.
@@ -105,7 +106,7 @@ def run_check(state_dir: Path, *args: str, env: dict[str, str] | None = None, ti
 def checked(r: Result) -> Result:
     """The plugin output contract, for a run against a real server: a status line whose state is the exit code
     (never UNKNOWN there), perfdata plain decimals or U."""
-    assert r.out.startswith("VLLM "), (r.code, r.out, r.err)
+    assert any(r.out.startswith(f"{row.label} ") for row in ENGINES), (r.code, r.out, r.err)
     state = r.first.split(" - ", 1)[0].split(" ", 1)[1]
     assert CODE_OF.get(state) == r.code, f"exit {r.code} but status {state!r}: {r.out!r}"
     assert r.code in (0, 1, 2), (r.code, r.out, r.err)

@@ -12,7 +12,7 @@ TESTS = Path(__file__).resolve().parents[1]
 #: directory -> the tier marker its modules carry (None: the fast suite, no marker)
 TIERS: dict[str, str | None] = {
     "unit": None, "e2e": None, "hardening": None, "sim": None, "handler": None, "collector": None,
-    "real_vllm": "real_vllm", "real_vllm_matrix": "real_vllm_matrix", "monitoring": "monitoring",
+    "real_vllm": "real_vllm", "real_llamacpp": "real_llamacpp", "real_vllm_matrix": "real_vllm_matrix", "monitoring": "monitoring",
     "netdata": "netdata", "package": "package", "fleet": "fleet", "prometheus": "prometheus",
     "incident": "incident", "soak": "soak", "containers": "containers", "host": "host",
 }
