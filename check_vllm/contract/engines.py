@@ -48,11 +48,24 @@ class Engine(NamedTuple):
     label: str = "VLLM"
     #: What --engine takes, and what a Reading and the state file carry.
     key: str = "vllm"
-    #: The programs (argv[0]'s base name) that run its server, for the host's witness (vLLM's command lines are
-    #: told by check_vllm.server.processes itself: `vllm serve`, `python -m ...`), and the port it serves when
-    #: its command line names none.
+    #: How the host's witness knows its server's command line: a program (argv[0]'s base name) that is the
+    #: server, a program whose `serve` subcommand runs it (`vllm serve`), a module (`python -m M`, or M's file);
+    #: and the port it serves when its command line names none.
     programs: tuple[str, ...] = ()
+    serves: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
     default_port: int = 8000
+    #: Fields whose samples are summed over their series (one per finished reason, per mode); any other field
+    #: keeps one series' value (a duplicated gauge series of a broken exporter is not doubled).
+    summed: frozenset[str] = frozenset()
+    #: The label that splits a family across fields ("mode": `name|mode=decode` in `samples`).
+    split: str = ""
+    #: A sample whose label names the process that owns the engine's counters (SGLang's per-process gauges carry
+    #: a `pid`): ("", "") where none does. Read as EngineReading.created, the counters' owner.
+    owner: tuple[str, str] = ("", "")
+    #: Its work gauges are written only now and then (after a batch, every N steps), so work they show with no
+    #: progress proves nothing: the idle probe tells idle from hung. Progress is proof of work.
+    lagging_gauges: bool = False
     routes: Routes = Routes()
 
 
@@ -73,6 +86,7 @@ VLLM = Engine(
     frozenset({"vllm:generation_tokens_created", "vllm:prompt_tokens_created", "vllm:request_success_created",
                "vllm:iteration_tokens_total_created"}),
     engine_label="engine", work="vllm:num_requests_running/waiting",
+    serves=("vllm",), modules=("vllm.entrypoints.openai.api_server",), summed=frozenset({"finished"}),
     routes=Routes(
         metrics_filter=True,
         paused="/is_paused",  # >= 0.32 with VLLM_SERVER_DEV_MODE=1
@@ -103,11 +117,37 @@ LLAMA_CPP = Engine(
     programs=("llama-server",), default_port=8080,  # common/arg.cpp: --port, LLAMA_ARG_PORT; 8080
 )
 
+#: SGLang 0.5.23 with --enable-metrics, read from its source (tests/fixtures/source/sglang-0.5.23/README.md names
+#: the file and function of each rule): prometheus_client in multiprocess mode (no `_created`), scheduler families
+#: labelled by rank (`dp_rank` with data parallel). `cuda_graph_passes_total` moves by one per forward pass (every
+#: mode: the steps), `realtime_tokens_total` by the batch's tokens every step; the request counters move only when
+#: a request ends and carry no rank (not read). Its work gauges (num_running_reqs, num_queue_reqs, token_usage)
+#: are written after a prefill batch, every 40 decode steps and by an idle pass: they lag. Its /health and
+#: /health_generate are real generations (up to 20 s): never asked; it has no pause, fault or engine-dead route the
+#: check could read. `/metrics/?name[]=` is prometheus_client's filter, but the restricted URL names vLLM's
+#: families: the whole page is read.
+SGLANG = Engine(
+    "SGLang", "sglang:",
+    MappingProxyType({
+        "sglang:num_running_reqs": "running",
+        "sglang:num_queue_reqs": "waiting",
+        "sglang:cuda_graph_passes_total": "steps",
+        "sglang:realtime_tokens_total|mode=decode": "generation_tokens",
+        "sglang:realtime_tokens_total|mode=prefill_compute": "prompt_tokens",
+        "sglang:token_usage": "kv_cache",
+    }),
+    engine_label="dp_rank", work="sglang:num_running_reqs/num_queue_reqs", label="SGLANG", key="sglang",
+    serves=("sglang",), modules=("sglang.launch_server",), default_port=30000,
+    summed=frozenset({"steps"}), split="mode", lagging_gauges=True, owner=("sglang:num_retracted_reqs", "pid"),
+    routes=Routes(never=("/health", "/health_generate")),
+)
+
 #: Every engine, the first the default where a page says nothing.
-ENGINES = (VLLM, LLAMA_CPP)
+ENGINES = (VLLM, LLAMA_CPP, SGLANG)
 #: Each row by its key.
 BY_KEY: Mapping[str, Engine] = MappingProxyType({row.key: row for row in ENGINES})
 #: What --engine takes besides the keys: the page says.
 AUTO = "auto"
 #: Each sample name the rows read, with its row.
-ROW_OF: Mapping[str, Engine] = MappingProxyType({name: row for row in ENGINES for name in (*row.samples, *row.created)})
+ROW_OF: Mapping[str, Engine] = MappingProxyType({name.split("|", 1)[0]: row for row in ENGINES
+                                                 for name in (*row.samples, *row.created, row.owner[0]) if name})

@@ -36,11 +36,21 @@ class EngineReading(NamedTuple):
     #: Waiting requests deferred on a KV transfer (vllm:num_requests_waiting_by_reason{reason="deferred"}),
     #: None where the version has no such gauge.
     deferred: float | None = None
-    created: float | None = None  # newest `_created` of its counters: the owning process's birth
+    #: Who owns its counters: the newest `_created` of them (the owning process's birth), or the pid SGLang's
+    #: per-process gauges carry; a change is a new process.
+    created: float | None = None
+    #: True where its work gauges are written only now and then (SGLang's): work shown with no progress is no
+    #: proof of work. None: they are live.
+    lagging_gauges: bool | None = None
 
     @property
     def work(self) -> float:
         return self.running + self.waiting
+
+    @property
+    def live_work(self) -> float:
+        """The work its gauges prove: none where they lag (written only now and then)."""
+        return 0.0 if self.lagging_gauges else self.work
 
 
 class Reading(NamedTuple):

@@ -58,7 +58,8 @@ from check_vllm.judge.proof import extend, lasted, proven
 
 def _idle(memory: Memory, reading: Reading, g: Gauges, now: Instant, words: Mapping[str, str] | None = None,
           rate_values: Rates = NO_RATES) -> Verdict:
-    return finish(memory, IDLE, wording.NOT_PROBED, g, now, action=PROBE,
+    text = wording.NOT_PROBED if reading.work <= 0 else wording.lagging(g)  # work only lagging gauges show
+    return finish(memory, IDLE, text, g, now, action=PROBE,
                   engines=words or {n: IDLE for n in reading.engines}, rate_values=rate_values, unprobed=True, state=OK)
 
 
@@ -121,8 +122,8 @@ def _engine(name: str, base: Baseline, cur: EngineReading, memory: Memory, gap: 
     if cur.asleep:
         return SLEEPING, None
     if p is not None and progressed(p, cur, allowed):
-        return (BUSY if cur.work > 0 else IDLE), None
-    if cur.work <= 0:
+        return (BUSY if cur.work > 0 or cur.lagging_gauges else IDLE), None
+    if cur.live_work <= 0:  # gauges written now and then prove no work: the idle probe tells
         return IDLE, None
     if p is None or not comparable(p, cur):
         return BUSY, None  # an engine we have not seen, or no signal on both pages: nothing to compare
@@ -181,7 +182,7 @@ def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | 
         return _first(memory, reading, g, now)  # stale, another boot, or none: compare with nothing
     allowed = allowance(memory.probe)
     moved = moved_engines(base.reading, reading, allowed)
-    if moved or reading.work > 0:
+    if moved or any(e.live_work > 0 for e in reading.engines.values()):
         # life, or work in sight: the idle streak ends, and the per-engine rule judges the work afresh
         # (carrying the streak over would count readings that did not all show the condition)
         memory = memory._replace(unanswered=None)
@@ -228,7 +229,8 @@ def _first(memory: Memory, reading: Reading, g: Gauges, now: Instant) -> Verdict
     new = keep(memory._replace(unanswered=None), reading, now)
     if all(e.asleep for e in reading.engines.values()):
         return finish(new, SLEEPING, wording.ASLEEP, g, now, engines={n: SLEEPING for n in reading.engines})
-    if reading.work > 0:
+    # lagging gauges showing no work prove no idle either: only a comparison tells before a probe may go
+    if reading.work > 0 or any(e.lagging_gauges for e in reading.engines.values()):
         return finish(new._replace(unanswered=None), BUSY, wording.first_reading(g), g, now, action=REREAD,
                       engines={n: BUSY for n in reading.engines})
     return _idle(new, reading, g, now)

@@ -167,6 +167,11 @@ def balancer(evidence: str) -> str:
 # --------------------------------------------------------------------------- the idle probe
 
 NOT_PROBED = "no work, not probed"
+
+
+def lagging(g: Gauges) -> str:
+    """Idle by its counters while gauges written only now and then (SGLang's) still show work."""
+    return f"no progress; its gauges ({counts(g).lstrip(', ')}) are written only now and then: not probed"
 ASLEEP = "engine asleep, not probed"
 
 

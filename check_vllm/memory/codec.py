@@ -38,7 +38,7 @@ def _engine(raw: Any) -> EngineReading | None:
     for k, v in raw.items():
         if k not in _ENGINE_FIELDS:
             continue
-        if k == "asleep":
+        if k in ("asleep", "lagging_gauges"):
             if not isinstance(v, bool):
                 return None
         elif finite(v) is None:

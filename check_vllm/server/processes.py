@@ -17,18 +17,15 @@ from check_vllm.contract.instants import Instant
 from check_vllm.contract.values import ServerProcess, Witness
 from check_vllm.server import clock, procfs
 
-#: The API server's module, for `python -m ...` command lines.
-API_MODULE = "vllm.entrypoints.openai.api_server"
+#: vLLM's API server's module, for `python -m ...` command lines.
+API_MODULE = VLLM.modules[0]
 #: A --config file is read this far: vLLM's are a few lines.
 CONFIG_MAX = 64 << 10
 
 
 def engine_of(argv: Sequence[str]) -> Engine | None:
     """The engine whose server this command line runs (None: none of theirs)."""
-    if _is_vllm(argv):
-        return VLLM
-    program = os.path.basename(argv[0]) if argv else ""
-    return next((row for row in ENGINES if program in row.programs), None)
+    return next((row for row in ENGINES if _runs(row, argv)), None)
 
 
 def is_api_server(argv: Sequence[str]) -> bool:
@@ -36,10 +33,12 @@ def is_api_server(argv: Sequence[str]) -> bool:
     return engine_of(argv) is not None
 
 
-def _is_vllm(argv: Sequence[str]) -> bool:
-    """A command line of vLLM's API server: `vllm serve ...` or `python -m vllm.entrypoints.openai.api_server`."""
-    return any(os.path.basename(a) == "vllm" and argv[i + 1:i + 2] == ["serve"] for i, a in enumerate(argv)) \
-        or any(a == API_MODULE or a.endswith("/" + API_MODULE.replace(".", "/") + ".py") for a in argv)
+def _runs(row: Engine, argv: Sequence[str]) -> bool:
+    """A command line of `row`'s server: its program, `vllm serve ...`, or `python -m` its module (or its file)."""
+    if argv and os.path.basename(argv[0]) in row.programs:
+        return True
+    return any(os.path.basename(a) in row.serves and argv[i + 1:i + 2] == ["serve"] for i, a in enumerate(argv)) \
+        or any(a == m or a.endswith("/" + m.replace(".", "/") + ".py") for a in argv for m in row.modules)
 
 
 def _flag(argv: Sequence[str], name: str) -> str | None:

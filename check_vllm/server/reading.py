@@ -15,10 +15,13 @@ from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import COUNTER_FIELDS, PROGRESS_FIELDS, EngineReading, Reading
 from check_vllm.server.promtext import Sample, sample
 
-#: Sample name -> field of EngineReading, every engine's (check_vllm.contract.engines).
+#: Sample name (`name|label=value` where the row splits a family) -> field of EngineReading, every engine's
+#: (check_vllm.contract.engines).
 _SAMPLES = {name: field for row in ENGINES for name, field in row.samples.items()}
 # Counters whose `_created` sample marks the birth of the process that owns them.
 _CREATED = frozenset(name for row in ENGINES for name in row.created)
+#: Samples whose label names the process that owns an engine's counters, with that label.
+_OWNER = {row.owner[0]: row.owner[1] for row in ENGINES if row.owner[0]}
 _SLEEP = "vllm:engine_sleep_state"
 _START = "process_start_time_seconds"
 #: Waiting requests by reason: "deferred" ones wait on a KV transfer (or a LoRA budget), not for capacity.
@@ -26,7 +29,8 @@ _BY_REASON = "vllm:num_requests_waiting_by_reason"
 #: An RL trainer moving weights into the server (vllm/entrypoints/rl/online/metrics.py, 0.32 on).
 _WEIGHTS = "vllm:rl_weight_update_operations_in_flight"
 # The sample names the check reads (a line is wanted when its name, up to `{` or ` `, is one): the parser's filter.
-WANTED = frozenset(_SAMPLES) | _CREATED | {_SLEEP, _START, _BY_REASON, _WEIGHTS}
+WANTED = frozenset(name.split("|", 1)[0] for name in _SAMPLES) | _CREATED | set(_OWNER) | {_SLEEP, _START, _BY_REASON,
+                                                                                       _WEIGHTS}
 #: The names the restricted page asks for (api.RESTRICTED): prometheus_client's `name[]` filter, which only
 #: vLLM's page has.
 RESTRICTABLE = frozenset(VLLM.samples) | VLLM.created | {_SLEEP, _START, _BY_REASON, _WEIGHTS}
@@ -74,7 +78,11 @@ def _collect(samples: list[Sample]) -> _Collected:
         model = model or labels.get("model_name") or None  # protocol data: the probe asks for it as it is
         if value is None:
             continue
-        if name in _CREATED:
+        if name in _OWNER:
+            owner = labels.get(_OWNER[name], "")
+            if owner.isdigit():
+                out.created[engine] = max(out.created.get(engine, 0.0), float(owner))
+        elif name in _CREATED:
             out.created[engine] = max(out.created.get(engine, value), value)
         elif name == _SLEEP:
             if labels.get("sleep_state") == "awake":
@@ -82,12 +90,13 @@ def _collect(samples: list[Sample]) -> _Collected:
         elif name == _BY_REASON:
             if labels.get("reason") == "deferred":
                 out.deferred[engine] = max(value, 0.0)
-        elif name in _SAMPLES:
+        else:
+            key = _SAMPLES.get(f"{name}|{row.split}={labels.get(row.split)}" if row.split else name) \
+                or _SAMPLES.get(name)
+            if key is None:
+                continue
             fields = out.values.setdefault(engine, {})
-            key = _SAMPLES[name]
-            # request_success has one series per finished_reason: sum them; a duplicated
-            # gauge series (a broken exporter) keeps the last value rather than doubling.
-            fields[key] = fields.get(key, 0.0) + value if key == "finished" else value
+            fields[key] = fields.get(key, 0.0) + value if key in row.summed else value
     return out._replace(process_start=process_start, model=model, weight_updates=weights)
 
 
@@ -104,7 +113,8 @@ def _usable(values: dict[str, dict[str, float]], row: Engine) -> None:
     if not values:
         raise NotMetrics(f"no {row.prefix} request metrics on the page")
     for engine, fields in values.items():
-        if "running" not in fields and "waiting" not in fields and not _never_served(fields):
+        if "running" not in fields and "waiting" not in fields and not _never_served(fields) \
+                and not row.lagging_gauges:  # a lagging gauge is not written yet: no proof either way
             where = f" for engine {engine}" if engine else ""
             raise NotMetrics(f"no {row.work}{where}: work unknown")
     # A page cut short or an exporter that lost its counters: no engine shows any progress signal.
@@ -114,15 +124,12 @@ def _usable(values: dict[str, dict[str, float]], row: Engine) -> None:
         raise NotMetrics("work but no progress counters on the page: cannot tell busy from stuck")
 
 
-def _row(lines: list[str], named: Engine | None) -> Engine:
-    """The engine whose families the page carries (vLLM's where it carries none of a row's), or the one named."""
+def _row(text: str, named: Engine | None) -> Engine:
+    """The engine named, else the one whose prefix the page's samples carry (vLLM's where none does)."""
     if named is not None:
         return named
-    for line in lines:
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in ROW_OF:
-            return ROW_OF[name]
-    return VLLM
+    return next((row for row in ENGINES if row is not VLLM and (f"\n{row.prefix}" in text or
+                                                                 text.startswith(row.prefix))), VLLM)
 
 
 def parse(text: str, named: Engine | None = None) -> Reading:
@@ -131,16 +138,18 @@ def parse(text: str, named: Engine | None = None) -> Reading:
     lines = text.splitlines()
     if lines and not text.endswith("\n"):
         lines.pop()  # a line is complete only with its newline: a cut body must not yield a cut number
+    row = _row(text, named)
     lines = [line for line in lines if _wanted(line)]
-    row = _row(lines, named)
     if named is not None:  # only its own families: another engine's page is not its
         lines = [line for line in lines if ROW_OF.get(line.split("{", 1)[0].split(" ", 1)[0], row) is row]
-    if not lines:
+    if not lines and not row.lagging_gauges:
         raise NotMetrics(f"no {row.prefix} metrics on the page")
     try:
         got = _collect([sample(line) for line in lines])
     except ValueError as err:
         raise NotMetrics(f"unparseable metrics: {err}") from None
+    if not got.values and row.lagging_gauges:  # its page before its first batch: no gauge, no counter yet
+        got.values[""] = {}
     _usable(got.values, row)
     engines = {
         engine: EngineReading(
@@ -156,6 +165,7 @@ def parse(text: str, named: Engine | None = None) -> Reading:
             asleep=got.asleep.get(engine),
             deferred=got.deferred.get(engine),
             created=got.created.get(engine),
+            lagging_gauges=row.lagging_gauges or None,
         )
         for engine, fields in sorted(got.values.items())
     }
