@@ -17,6 +17,7 @@ import io
 import json
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 USAGE = Path(__file__).resolve().parent.parent / "docs" / "usage.md"
@@ -37,6 +38,9 @@ SOAK_DOC = USAGE.parent / "soak.md"
 K_START, K_END = "<!-- soak-run:start -->", "<!-- soak-run:end -->"
 E_START, E_END = "<!-- exit-codes:start -->", "<!-- exit-codes:end -->"
 O_START, O_END = "<!-- shared-options:start -->", "<!-- shared-options:end -->"
+G_START, G_END = "<!-- engine-row:start -->", "<!-- engine-row:end -->"
+#: Each engine's page (docs/), by its row's key: its row's table is generated into it.
+ENGINE_PAGES = {"vllm": "versions.md", "llamacpp": "llamacpp.md", "sglang": "sglang.md"}
 #: What ends a run with each code besides the verdict words that carry it (the contract table owns those).
 OTHER_CAUSES = (
     "",
@@ -267,6 +271,46 @@ def render_soak(text: str) -> str:
     return _between(text, K_START, K_END, soak_run())
 
 
+def engine_row(key: str) -> str:
+    """What the check reads of one engine and which of its routes it asks, from its row
+    (check_vllm.contract.engines)."""
+    from check_vllm.contract.engines import BY_KEY
+
+    row = BY_KEY[key]
+    reads = "<br>".join(f"`{_sample(name)}` -> {field}" for name, field in row.samples.items())
+    r = row.routes
+    asks = [f"`/metrics` ({'the restricted page first' if r.metrics_filter else 'the whole page'})",
+            "`/v1/models` (no model on the page, or the page unusable)", "`POST /v1/completions` (the idle probe)"]
+    asks += [f"`{path}` ({why})" for path, why in ((r.paused, "a stall: paused on purpose?"),
+                                                   (r.checkpoint, "a request turned away as paused"),
+                                                   (r.engine_dead, "after a 5xx: did the engine die?")) if path]
+    asks += [f"`{path}` (a stall: held for recovery?)" for path in r.faults]
+    witness = ", ".join([*(f"`{p}`" for p in row.programs), *(f"`{c} serve`" for c in row.serves),
+                         *(f"`python -m {m}`" for m in row.modules)])
+    lines = ["| | |", "|---|---|", f"| status line | `{row.label} OK - ...` |", f"| `--engine` | `{row.key}` |",
+             f"| its page | `{row.prefix}` families{f', one engine per `{row.engine_label}`' if row.engine_label else ''} |",
+             f"| read | {reads} |",
+             f"| summed over series | {', '.join(sorted(row.summed)) or 'none'} |",
+             f"| work gauges | {'lag (written now and then): work shown with nothing moving is no proof; the probe tells' if row.lagging_gauges else 'live'} |",
+             f"| asked | {'<br>'.join(asks)} |",
+             f"| never asked | {', '.join(f'`{p}`' for p in r.never) or 'anything not listed above'} |",
+             f"| its process, for the host's witness | {witness}, port {row.default_port} unless `--port` |"]
+    return "\n".join(lines) + "\n"
+
+
+def _sample(name: str) -> str:
+    """`family|label=value` (a row's split) as the page writes it: `family{label="value"}`."""
+    family, _, label = name.partition("|")
+    if not label:
+        return family
+    key, _, value = label.partition("=")
+    return f'{family}{{{key}="{value}"}}'
+
+
+def render_engine(key: str) -> Callable[[str], str]:
+    return lambda text: _between(text, G_START, G_END, engine_row(key))
+
+
 def render_readme(text: str) -> str:
     text = _between(text, V_START, V_END, verdicts())
     return _between(text, R_START, R_END, reliability(json.loads(SOAK.read_text())))
@@ -274,7 +318,8 @@ def render_readme(text: str) -> str:
 
 if __name__ == "__main__":
     for path, renderer in ((USAGE, render), (AGENT, render_agent), (README, render_readme), (PROBES, render_probes),
-                           (HANDLER, render_handler), (DECIDES, render_decides), (SOAK_DOC, render_soak)):
+                           (HANDLER, render_handler), (DECIDES, render_decides), (SOAK_DOC, render_soak),
+                           *((USAGE.parent / page, render_engine(key)) for key, page in ENGINE_PAGES.items())):
         text = path.read_text()
         new = renderer(text)
         if new != text:

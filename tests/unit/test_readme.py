@@ -162,3 +162,20 @@ def test_the_shared_option_table_is_the_code_s_and_netdata_says_the_same_default
             shown = (f"`{row.default}`" if row.kind == TEXT else str(int(row.default))
                      if row.kind == INT or float(row.default).is_integer() else f"{row.default:g}")
             assert f"| `{row.dest}` | {shown} |" in netdata, row.dest
+
+
+def test_each_engine_has_its_page_with_its_rows_table_and_the_readme_names_it():
+    """docs/<engine>.md's table of what the check reads and asks comes from check_vllm.contract.engines."""
+    tool = _tool()
+    from check_vllm.contract.engines import ENGINES
+
+    assert set(tool.ENGINE_PAGES) == {row.key for row in ENGINES}, "every engine has a page"
+    readme = (tool.USAGE.parent.parent / "README.md").read_text()
+    for row in ENGINES:
+        page = tool.USAGE.parent / tool.ENGINE_PAGES[row.key]
+        text = page.read_text()
+        assert text.count(tool.G_START) == text.count(tool.G_END) == 1, page.name
+        assert tool.render_engine(row.key)(text) == text, f"docs/{page.name} is stale: run tools/update_readme.py"
+        assert f"(docs/{page.name})" in readme.split("## Two commands")[0], f"the README's first table links {page.name}"
+        for path in row.routes.never:
+            assert f"`{path}`" in text.split(tool.G_START)[1]
