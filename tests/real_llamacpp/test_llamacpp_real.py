@@ -232,3 +232,39 @@ def test_killed_down_then_restarted_new_baseline_no_critical_while_it_starts(ser
     assert all(r.code != CRITICAL for _, r in runs), shown
     assert "counters went backwards" in runs[-1][1].status, shown
     REPORTS["killed, restarted"] = "\n".join([down.first, *(f"{t:5.1f} s  {r.first}" for t, r in runs)])
+
+
+def test_the_incident_on_llamacpp_the_classic_watchdog_would_restart_a_busy_server(server: LlamaServer, check: Check,
+                                                                                    tmp_path: Path):
+    """The incident replayed on llama.cpp: four clients on two slots, the classic watchdog (a real chat request with
+    a short timeout, 'restart' after consecutive failures; tests/rig/classic_watchdog.py) beside check_vllm. Its
+    request waits behind the work and times out: it would restart a healthy server. check_vllm says busy, and
+    llama.cpp's own /health says ok, as it also does while the decode loop is stopped (the tests above)."""
+    import json
+    import subprocess
+    import sys
+
+    log = tmp_path / "classic.jsonl"
+    with server.load(4):
+        busy_with(server, 2, 2)
+        classic = subprocess.Popen([sys.executable, str(Path(__file__).parents[1] / "rig" / "classic_watchdog.py"),
+                                    "--url", server.url, "--model", "tiny", "--interval", "1", "--timeout", "2",
+                                    "--failures", "3", "--log", str(log)], stdout=subprocess.DEVNULL)
+        ours: list[Result] = []
+        try:
+            deadline = time.monotonic() + 12
+            while time.monotonic() < deadline:
+                ours.append(check(server.url, *FAST))
+                time.sleep(0.7)
+        finally:
+            classic.terminate()
+            classic.wait(10)
+        health = server.get("/health", timeout=2).status_code
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert any(x["would_restart"] for x in lines), lines
+    assert all((r.code, r.word) == (OK, "busy") for r in ours), [r.first for r in ours]
+    assert health == 200
+    REPORTS["the incident on llama.cpp"] = (
+        f"classic watchdog: {sum(not x['ok'] for x in lines)} of {len(lines)} chat requests failed "
+        f"({', '.join(sorted({x['result'] for x in lines}))}), would restart {lines[-1]['would_restarts']} time(s); "
+        f"check_vllm: {len(ours)} runs, all busy; GET /health: {health}")
