@@ -232,3 +232,28 @@ def test_every_verdict_word_has_an_alarm_or_a_reason_and_alarms_match_its_states
         assert "warn" not in spec or WARNING in states or UNKNOWN in states, (dim, states)
 
 
+
+
+def test_sglang_busy_then_frozen_is_told_by_counters_and_the_probe_never_by_its_lagging_gauges(make_sim, clock):
+    """The Netdata collector judges SGLang by its row as the check does (issue 40): busy by its counters with no
+    inference request; frozen with its gauges still showing work, the idle probe goes (at most once per
+    probe_every), is not answered, and with nothing moving the state becomes stuck; /health, a generation on
+    SGLang, is never asked."""
+    from vllm_simulator.sglang_engine import SglangOptions
+
+    sim = make_sim(port=0, flavour="sglang", sglang=SglangOptions(health_poll_seconds=0.05), scenario="busy")
+    c = collector(Job("t", sim.url, stuck_readings=2, stuck_seconds=3, probe_every=1, probe_timeout=0.5,
+                      engine="sglang"), clock)
+    c.tick()
+    time.sleep(0.3)
+    clock.advance(1.0)
+    assert word(c.tick()) == "busy"
+    assert sim.inference_requests() == []
+    sim.set_scenario("stuck")
+    seen = []
+    for _ in range(8):
+        clock.advance(1.0)
+        seen.append(word(c.tick()))
+    assert "stuck" in seen and seen[-1] == "stuck", seen
+    assert sim.inference_requests(), "the probe told hung from idle"
+    assert not any(r.path in ("/health", "/health_generate") for r in sim.requests())
