@@ -66,7 +66,8 @@ def observe(
     `may_probe` is asked only when the verdict wants a probe and `options.probe` allows one: the Netdata
     collector uses it to probe an idle server at most once per probe_every.
     """
-    calls = Calls(client, endpoint, options, deadline, doing, now, memory.whole_page)
+    known = memory.baseline.reading.engine if memory.baseline is not None else None
+    calls = Calls(client, endpoint, options, deadline, doing, now, memory.whole_page, known)
     seen = _sequence(Step(calls, settings, marker, sleep, may_probe), memory)
     if seen.verdict.memory.whole_page == calls.whole_page:
         return seen

@@ -124,8 +124,7 @@ LLAMA_CPP = Engine(
 #: a request ends and carry no rank (not read). Its work gauges (num_running_reqs, num_queue_reqs, token_usage)
 #: are written after a prefill batch, every 40 decode steps and by an idle pass: they lag. Its /health and
 #: /health_generate are real generations (up to 20 s): never asked; it has no pause, fault or engine-dead route the
-#: check could read. `/metrics/?name[]=` is prometheus_client's filter, but the restricted URL names vLLM's
-#: families: the whole page is read.
+#: check could read. `/metrics/?name[]=` is prometheus_client's filter: once a page said SGLang, its restricted page.
 SGLANG = Engine(
     "SGLang", "sglang:",
     MappingProxyType({
@@ -139,7 +138,7 @@ SGLANG = Engine(
     engine_label="dp_rank", work="sglang:num_running_reqs/num_queue_reqs", label="SGLANG", key="sglang",
     serves=("sglang",), modules=("sglang.launch_server",), default_port=30000,
     summed=frozenset({"steps"}), split="mode", lagging_gauges=True, owner=("sglang:num_retracted_reqs", "pid"),
-    routes=Routes(never=("/health", "/health_generate")),
+    routes=Routes(metrics_filter=True, never=("/health", "/health_generate")),
 )
 
 #: Every engine, the first the default where a page says nothing.

@@ -67,10 +67,15 @@ def _unreached(err: FetchError) -> str | None:
 
 #: The whole page.
 WHOLE = "/metrics"
-#: Only the samples check_vllm.server.reading reads (its own list, `_created` and process_start_time_seconds
-#: included), sorted: one URL, the same on every run. `name[]` goes percent-encoded: a bracket is not
-#: allowed in a query (RFC 3986), and strict proxies and servers refuse it bare.
-RESTRICTED = "/metrics/?" + "&".join(f"name%5B%5D={name}" for name in sorted(reading.RESTRICTABLE))
+def restricted_path(row: Engine) -> str:
+    """Only the samples check_vllm.server.reading reads of `row`'s page (`_created` and process_start_time_seconds
+    included), sorted: one URL, the same on every run. `name[]` goes percent-encoded: a bracket is not allowed in
+    a query (RFC 3986), and strict proxies and servers refuse it bare."""
+    return "/metrics/?" + "&".join(f"name%5B%5D={name}" for name in sorted(reading.restrictable(row)))
+
+
+#: vLLM's restricted page: what a server whose engine is not known yet is asked first.
+RESTRICTED = restricted_path(VLLM)
 
 
 def read_metrics(client: httpx.Client, endpoint: Endpoint, timeout: float, named: Engine | None = None
@@ -90,13 +95,14 @@ class Restricted(NamedTuple):
     as_asked: bool = True
 
 
-def read_restricted(client: httpx.Client, endpoint: Endpoint, timeout: float, named: Engine | None = None
-                    ) -> Restricted:
+def read_restricted(client: httpx.Client, endpoint: Endpoint, timeout: float, named: Engine | None = None,
+                    row: Engine = VLLM) -> Restricted:
     """GET the restricted page once. The URL may be at fault on a 4xx, a 5xx, a page without the families
     asked for or a redirect gone wrong (an older vLLM, a proxy that routes only /metrics or strips the
     query); a redirect that led to a page means the same, though that page is read. A page with more
-    than was asked for (a server that ignores the filter) is a Reading like any other."""
-    got, at_fault, redirected = _read(client, endpoint, RESTRICTED, timeout, named)
+    than was asked for (a server that ignores the filter) is a Reading like any other. `row`: the engine this
+    server's pages showed (vLLM's where none did yet); `named`: --engine's."""
+    got, at_fault, redirected = _read(client, endpoint, restricted_path(named or row), timeout, named)
     if at_fault:
         return Restricted(None, False)
     return Restricted(got, not redirected)

@@ -32,15 +32,17 @@ class Calls:
     """The server's calls, each with its timeout cut to the deadline; which /metrics page to ask for."""
 
     def __init__(self, client: httpx.Client, endpoint: Endpoint, options: Options, deadline: float,
-                 doing: Callable[[str], None], now: Callable[[], Instant | float], whole_page: Instant | None) -> None:
+                 doing: Callable[[str], None], now: Callable[[], Instant | float], whole_page: Instant | None,
+                 known: str | None = None) -> None:
         self.client, self.endpoint, self.options, self.deadline = client, endpoint, options, deadline
         self.doing, self.now = doing, now
         #: Since when this server is read by its whole page (None: the restricted one); the memory carries it.
         self.whole_page = whole_page
         #: The engine --engine names (None: each page says which it is).
         self.named: Engine | None = None if options.engine == AUTO else BY_KEY[options.engine]
-        #: The engine of the newest reading (the named one, else vLLM's before any): whose routes may be asked.
-        self.engine: Engine = self.named or VLLM
+        #: The engine of the newest reading (the named one, else the one the memory knows, else vLLM's): whose
+        #: routes may be asked, and whose restricted page.
+        self.engine: Engine = self.named or BY_KEY.get(known or "", VLLM)
 
     def left(self, cap: float | None) -> float:
         """A request's timeout: its cap, never beyond the deadline (no cap: what the deadline leaves)."""
@@ -51,8 +53,8 @@ class Calls:
 
     def _restricted(self) -> bool:
         """Ask for the restricted page: always, unless it failed here less than RESTRICTED_RETRY ago, or the engine
-        named has none."""
-        if self.named is not None and not self.named.routes.metrics_filter:
+        known has none."""
+        if not self.engine.routes.metrics_filter:
             return False
         if self.whole_page is None:
             return True
@@ -66,7 +68,7 @@ class Calls:
         asked = self._restricted()
         if asked:
             restricted = api.read_restricted(self.client, self.endpoint, self.left(self.options.metrics_timeout),
-                                             self.named)
+                                             self.named, self.engine)
             got = restricted.got
             if isinstance(got, Reading):  # the restricted page works (again); a redirect got us the whole page
                 self.whole_page = None if restricted.as_asked else instant(self.now())
@@ -77,7 +79,9 @@ class Calls:
         if isinstance(got, Failure) and got.kind == NO_METRICS:
             return self.liveness(NO_METRICS, got.detail)
         if isinstance(got, Reading):
-            self.engine = BY_KEY.get(got.engine, VLLM)
+            asked_for, self.engine = self.engine, BY_KEY.get(got.engine, VLLM)
+            if self.engine is not asked_for:  # another engine's restricted page failed: ask its own next time
+                self.whole_page = None
             if not self.engine.routes.metrics_filter:  # an engine that has none: never asked while it serves
                 self.whole_page = instant(self.now())
         return got

@@ -31,9 +31,19 @@ _WEIGHTS = "vllm:rl_weight_update_operations_in_flight"
 # The sample names the check reads (a line is wanted when its name, up to `{` or ` `, is one): the parser's filter.
 WANTED = frozenset(name.split("|", 1)[0] for name in _SAMPLES) | _CREATED | set(_OWNER) | {_SLEEP, _START, _BY_REASON,
                                                                                        _WEIGHTS}
-#: The names the restricted page asks for (api.RESTRICTED): prometheus_client's `name[]` filter, which only
-#: vLLM's page has.
-RESTRICTABLE = frozenset(VLLM.samples) | VLLM.created | {_SLEEP, _START, _BY_REASON, _WEIGHTS}
+#: vLLM's own samples besides its row's: what the reader reads of a vLLM page beyond the numbers.
+_VLLM_EXTRA = frozenset({_SLEEP, _START, _BY_REASON, _WEIGHTS})
+
+
+def restrictable(row: Engine) -> frozenset[str]:
+    """The sample names the restricted page asks `row`'s server for (api.restricted_path): prometheus_client's
+    `name[]` filter serves only those."""
+    names = {name.split("|", 1)[0] for name in row.samples} | set(row.created) | ({row.owner[0]} - {""})
+    return frozenset(names | (_VLLM_EXTRA if row is VLLM else frozenset()))
+
+
+#: vLLM's (the restricted page asked of a server whose engine is not known yet).
+RESTRICTABLE = restrictable(VLLM)
 
 
 class NotMetrics(ValueError):
