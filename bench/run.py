@@ -231,11 +231,13 @@ def traffic(port: int, state: Path, page: str, runs: int = 5, args: tuple[str, .
         return {"connections": relay.connections / runs, "sent": relay.up / runs, "received": relay.down / runs}
 
 
-def bench_traffic(state: Path) -> dict[str, dict[str, Any]]:
+def bench_traffic(state: Path, args: tuple[str, ...] = (), **flavour: Any) -> dict[str, dict[str, Any]]:
+    """Steady-state traffic against the busy simulator (`flavour`: its SGLang flavour, for instance)."""
     out: dict[str, dict[str, Any]] = {}
-    with Simulator(scenario="busy") as sim:
+    with Simulator(scenario="busy", **flavour) as sim:
         for page in ("restricted", "whole"):
-            got: dict[str, Any] = dict(traffic(sim.port, state / "traffic" / page, page, before=sim.clear_requests))
+            got: dict[str, Any] = dict(traffic(sim.port, state / "traffic" / page, page, args=args,
+                                               before=sim.clear_requests))
             got["requests"] = len(sim.requests()) / 5
             got["inference"] = len(sim.inference_requests())
             got["paths"] = sorted({r.path for r in sim.requests()})
@@ -471,6 +473,11 @@ def main() -> None:
                   f"{total:.0f} in all; {got['inference']:.0f} inference requests")
         ratio = (t["whole"]["sent"] + t["whole"]["received"]) / (t["restricted"]["sent"] + t["restricted"]["received"])
         print(f"   the restricted page: {ratio:.0f} x fewer bytes (target: one GET, < 2 KB)\n")
+        t = bench_traffic(state / "sglang", ("--engine", "sglang"), flavour="sglang")
+        sizes = {page: got["sent"] + got["received"] for page, got in t.items()}
+        print(f"4f. the same against the simulator's SGLang 0.5.23 flavour (its own restricted page once a page said "
+              f"SGLang): restricted {sizes['restricted']:.0f} bytes, whole {sizes['whole']:.0f} bytes a run: "
+              f"{sizes['whole'] / sizes['restricted']:.0f} x fewer\n")
 
         pr = bench_probe(args.reps, state)
         print("4b. one orchestrator probe run (check_vllm --probe, busy simulator, steady state; docs/probes.md)")
