@@ -17,9 +17,11 @@ import subprocess
 from urllib.parse import urlsplit
 
 from check_vllm.contract.defaults import Options
+from check_vllm.contract.engines import VLLM
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import Witness
-from check_vllm.server.processes import by_command_line, process
+from check_vllm.server import procfs
+from check_vllm.server.processes import by_command_line, engine_of, process
 
 #: Seconds a --pid-command may take.
 PID_COMMAND_TIMEOUT = 5.0
@@ -64,7 +66,8 @@ def _pid_text(text: str, source: str) -> Witness:
         return Witness(error=f"{source} gave no pid ({clean(text.strip(), 60) or 'empty'})")
     if int(token) == 0:  # `supervisorctl pid NAME` of a stopped program
         return Witness()
-    return Witness(process(int(token), source))
+    engine = engine_of(procfs.cmdline(int(token)))  # a wrapper's pid (a shell, a container's init) names none
+    return Witness(process(int(token), source, engine.name if engine else VLLM.name))
 
 
 def from_pid_file(path: str) -> Witness:
