@@ -73,6 +73,9 @@ def test_frozen_with_lagging_gauges_is_told_by_the_probe_warning_then_critical(s
     assert all(c == WARNING for c in codes[first:-1]) and all(c == OK for c in codes[:first]), seen
     assert all(line.startswith("SGLANG ") for _, line in seen), seen
     assert r.word == "stuck" and "probe" in r.status, r.out
+    # --stuck-seconds 2 after the first warning, plus one interval (0.5 s) and the run's probe (1 s), plus slack
+    assert seen[-1][0] - seen[first][0] <= 2 + 0.5 + 1 + 2, seen
+    print("\n".join(f"{t:5.1f} s  {line[:110]}" for t, line in seen))
     assert never_asked_health(sglang)
 
 
