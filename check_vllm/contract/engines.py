@@ -63,6 +63,9 @@ class Engine(NamedTuple):
     #: A sample whose label names the process that owns the engine's counters (SGLang's per-process gauges carry
     #: a `pid`): ("", "") where none does. Read as EngineReading.created, the counters' owner.
     owner: tuple[str, str] = ("", "")
+    #: A response header of its /metrics naming the process that serves it (llama.cpp's start instant): read as
+    #: EngineReading.created, an identity, never a time.
+    owner_header: str = ""
     #: Its work gauges are written only now and then (after a batch, every N steps), so work they show with no
     #: progress proves nothing: the idle probe tells idle from hung. Progress is proof of work.
     lagging_gauges: bool = False
@@ -104,7 +107,9 @@ VLLM = Engine(
 #: then thousands at its end). `requests_processing` is the work gauge, `requests_deferred` the queue. The
 #: per-second gauges (predicted_tokens_seconds) are reset by every read: never read. Its routes: /metrics
 #: ignores a query and 404s `/metrics/`; /health answers from the HTTP thread (200 while the decode loop is
-#: stopped, 503 while loading), so it proves nothing of the engine; no pause, fault or checkpoint route.
+#: stopped, 503 while loading), so it proves nothing of the engine; no pause, fault or checkpoint route. The
+#: `Process-Start-Time-Unix` header of /metrics is ggml_time_us() at start: the host's monotonic clock in
+#: microseconds, whatever its name says; it changes with the process, so it names the process.
 LLAMA_CPP = Engine(
     "llama.cpp", "llamacpp:",
     MappingProxyType({
@@ -114,6 +119,7 @@ LLAMA_CPP = Engine(
         "llamacpp:prompt_tokens_total": "prompt_tokens",
     }),
     work="llamacpp:requests_processing/requests_deferred", label="LLAMACPP", key="llamacpp",
+    owner_header="Process-Start-Time-Unix",
     programs=("llama-server",), default_port=8080,  # common/arg.cpp: --port, LLAMA_ARG_PORT; 8080
 )
 

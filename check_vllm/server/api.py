@@ -41,7 +41,7 @@ from check_vllm.contract.vocab import DOWN, NO_METRICS, PROTOCOL, UNREACHABLE, U
 from check_vllm.server import reading
 from check_vllm.server.fetch import Endpoint, request
 from check_vllm.server.fetch_errors import FetchError
-from check_vllm.server.reading import NotMetrics, parse
+from check_vllm.server.reading import NotMetrics, owned, parse
 
 PROBE_PROMPT = "Hi"
 #: What vLLM's API server says once its EngineCore has died (vllm.v1.engine.exceptions.EngineDeadError), up to
@@ -129,7 +129,7 @@ def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float, n
     if resp.status != 200:
         return Failure(NO_METRICS, f"/metrics answered HTTP {resp.status}"), True, False
     try:
-        return parse(resp.text(), named), False, resp.redirects > 0
+        return owned(parse(resp.text(), named), resp.headers), False, resp.redirects > 0
     except NotMetrics as err:
         kind = resp.content_type.split(";")[0].strip() or "no content type"
         kind = clean(kind, 60)

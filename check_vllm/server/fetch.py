@@ -10,7 +10,8 @@ import json
 import ssl
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import httpx
@@ -30,6 +31,7 @@ class Response(NamedTuple):
     seconds: float
     sent: int  # request bytes, for the bench
     redirects: int = 0  # redirects followed to get here
+    headers: Mapping[str, str] = MappingProxyType({})
 
     def json(self) -> Any:
         try:
@@ -139,7 +141,7 @@ def request(
             resp.close()
         sent = len(content or b"") + len(method) + len(path) + 100
         return Response(resp.status_code, data, resp.headers.get("content-type", ""),
-                        time.monotonic() - started, sent, len(resp.history))
+                        time.monotonic() - started, sent, len(resp.history), resp.headers)
     except FetchError:
         raise
     except Exception as err:  # noqa: BLE001 - every failure becomes a FetchError; nothing else is raised

@@ -7,9 +7,11 @@ histograms we never look at, and filtering lines first makes parsing ~10x cheape
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import NamedTuple
 
-from check_vllm.contract.engines import ENGINES, ROW_OF, VLLM, Engine
+from check_vllm.contract.engines import BY_KEY, ENGINES, ROW_OF, VLLM, Engine
 from check_vllm.contract.numbers import finite
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import COUNTER_FIELDS, PROGRESS_FIELDS, EngineReading, Reading
@@ -181,3 +183,13 @@ def parse(text: str, named: Engine | None = None) -> Reading:
     }
     return Reading(engines=engines, process_start=got.process_start, model=got.model,
                    weight_updates=got.weight_updates, engine=row.key)
+
+
+def owned(got: Reading, headers: Mapping[str, str]) -> Reading:
+    """The reading, its engines' counters owned by the process a response header names (the row's owner_header)."""
+    name = BY_KEY[got.engine].owner_header
+    raw = headers.get(name, "").strip()[:20] if name else ""
+    owner = finite(int(raw)) if raw.isdigit() else None
+    if owner is None:
+        return got
+    return got._replace(engines=MappingProxyType({n: e._replace(created=owner) for n, e in got.engines.items()}))

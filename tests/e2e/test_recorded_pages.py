@@ -125,3 +125,18 @@ def test_the_status_line_names_llamacpp_and_engine_names_whose_page_to_read(tmp_
         url = srv.url
     r = run_check(tmp_path, "-u", url, "--min-gap", "0")
     assert (r.code, r.word) == (CRITICAL, "down") and r.first.startswith("LLAMACPP CRITICAL - down"), r.out
+
+
+def test_a_llamacpp_restart_is_seen_by_its_start_header_even_when_counters_moved_on(tmp_path: Path):
+    """llama.cpp's /metrics carries Process-Start-Time-Unix (its monotonic start instant, recorded in
+    tests/fixtures/real/llamacpp/headers-*.txt): a new value is a new process, even when the new process's
+    counters have passed the old ones by the next run (busy-1 then busy-2 would read as progress)."""
+    with PageServer(llamacpp_page("busy-1")) as srv:
+        def run(start: str, *pages: str) -> Result:
+            srv.hand_out(*(llamacpp_page(p) for p in pages))
+            srv.headers = {"Process-Start-Time-Unix": start}
+            return run_check(tmp_path, "-u", srv.url, "--min-gap", "0", "--reread-delay", "0")
+
+        assert run("17620682383", "busy-1", "busy-2").word == "busy"  # one process: progress
+        r = run("17628360700", "busy-3")  # another start, its counters ahead of the old ones
+        assert (r.code, r.word) == (OK, "restarted") and "counters were re-created" in r.status, r.out

@@ -46,6 +46,8 @@ class PageServer(ThreadingHTTPServer):
         self.queue, self.log, self.restricted = [first], [], restricted
         #: Every GET's path and query as asked, the restricted page's 404s included.
         self.asked: list[str] = []
+        #: Headers sent with each /metrics page (llama.cpp's Process-Start-Time-Unix, say).
+        self.headers: dict[str, str] = {}
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
@@ -75,7 +77,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.log.append(("GET", path))
         if path == "/metrics":
             q = self.server.queue
-            self._send((q.pop(0) if len(q) > 1 else q[0]).encode(), "text/plain; version=0.0.4; charset=utf-8")
+            self._send((q.pop(0) if len(q) > 1 else q[0]).encode(), "text/plain; version=0.0.4; charset=utf-8",
+                       self.server.headers)
         elif path == "/v1/models":
             self._send(MODELS, "application/json")
         else:
@@ -86,8 +89,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self._send(COMPLETION, "application/json")
 
-    def _send(self, body: bytes, ctype: str) -> None:
+    def _send(self, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
         self.send_response(200)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
