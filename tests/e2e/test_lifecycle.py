@@ -38,6 +38,18 @@ def test_a_server_someone_else_started_is_starting_within_the_grace(run_check, l
     assert r.code == 1
 
 
+def test_an_sglang_server_that_is_loading_is_starting_named_by_its_engine(run_check, loader):
+    """SGLang listens only once its schedulers have loaded the model (srt/entrypoints/http_server.py
+    launch_server: the HTTP server starts after Engine._launch_subprocesses): the host's witness knows
+    `sglang serve`, so a load is starting, not down (issue 40)."""
+    port = free_port()
+    proc = loader(port, "sglang")
+    r = run_check("-u", f"http://127.0.0.1:{port}", "--engine", "sglang")
+    assert norm(r.first) == (f"SGLANG WARNING - starting: SGLang process {proc.pid} started <N> ago, not serving "
+                             f"yet (grace <N>; connection refused (http://127.0.0.1:{port})){PERF}")
+    assert r.code == 1
+
+
 def test_a_server_that_never_finishes_starting_is_down_after_the_grace(run_check, loader):
     port = free_port()
     proc = loader(port)

@@ -81,9 +81,14 @@ class Loaders:
         assert proc.stdout is not None and proc.stdout.readline().strip() == ready
         return proc
 
-    def __call__(self, port: int) -> subprocess.Popen:
-        """A process that is loading: bound, never listening."""
-        return self._start(self.script, port, "bound")
+    def __call__(self, port: int, program: str = "vllm") -> subprocess.Popen:
+        """A process that is loading: bound, never listening; `program serve tiny --port P` (SGLang's server is
+        `sglang serve`, and it listens only once its schedulers have loaded the model)."""
+        script = self.script if program == "vllm" else self.script.parent.parent / f"bin-{program}" / program
+        if not script.exists():
+            script.parent.mkdir(parents=True, exist_ok=True)
+            script.write_text(SCRIPT)
+        return self._start(script, port, "bound")
 
     def with_config(self, port: int, config: Path) -> subprocess.Popen:
         """A loading process started `vllm serve tiny --config NAME` in NAME's folder, the port only in the file."""
