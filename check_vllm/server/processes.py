@@ -1,8 +1,7 @@
-"""Which process on this host serves a port: vLLM's API server (or another engine's server: its row's programs)
-found by its command line (its --port, or the port in vLLM's --config file), behind a proxy on this host, and what the host cannot see (/proc hidden, another
-network namespace, a port it cannot tell), so that finding none is said to be proof only when it is.
-
-Read only when /metrics gave no reading, and only for a URL whose host is this host (check_vllm.server.host).
+"""Which process on this host serves a port: an engine's server found by its command line (its row's programs;
+its --port, or the port in vLLM's --config file), behind a proxy on this host, and what the host cannot see (/proc
+hidden, another network namespace, a port it cannot tell), so that finding none is proof only when it is. Read
+only when /metrics gave no reading, and only for a URL whose host is this host (check_vllm.server.host).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ verdicts it judges at its own cadence. The real agent process against the simula
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -17,13 +18,14 @@ from tests.rig.loading_vllm import free_port
 from vllm_simulator import Simulator
 
 
-@pytest.fixture
-def agent(sim: Simulator) -> Iterator[str]:
-    sim.set_scenario("busy")  # never idle under the agent here: its idle probe is not what is counted
+@contextlib.contextmanager
+def running_agent(server: str, *extra: str) -> Iterator[str]:
+    """The real agent process judging `server` every 0.5 s with --probe-listen: its probes' base URL once it answers;
+    stopped cleanly, without a traceback, at the end."""
     port, probes = free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "check_vllm.haproxy.cli", "-u", sim.url, "--listen",
+    proc = subprocess.Popen([sys.executable, "-m", "check_vllm.haproxy.cli", "-u", server, "--listen",
                              f"127.0.0.1:{port}", "--probe-listen", f"127.0.0.1:{probes}", "--interval", "0.5",
-                             "--stuck-seconds", "2", "--stuck-readings", "2"],
+                             "--stuck-seconds", "2", "--stuck-readings", "2", *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
     url = f"http://127.0.0.1:{probes}"
     try:
@@ -38,6 +40,13 @@ def agent(sim: Simulator) -> Iterator[str]:
         proc.terminate()
         assert proc.wait(10) == 0
         assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+
+
+@pytest.fixture
+def agent(sim: Simulator) -> Iterator[str]:
+    sim.set_scenario("busy")  # never idle under the agent here: its idle probe is not what is counted
+    with running_agent(sim.url) as url:
+        yield url
 
 
 def until(url: str, path: str, status: int, timeout: float = 20.0) -> httpx.Response:
@@ -64,37 +73,22 @@ def test_the_agent_answers_httpget_probes_from_its_own_verdicts(sim: Simulator, 
     assert sim.inference_requests() == []  # every probe reads the agent's latest judgement, never the server
 
 
-def test_the_agent_judges_sglang_by_its_row(tmp_path):
+def test_the_agent_judges_sglang_by_its_row():
     """The agent shares the check's reading and judge (issue 40): against the simulator's SGLang flavour, named
     with --engine, busy passes with no inference request, and a frozen engine fails liveness once the idle probe
     went unanswered with nothing moving; SGLang's /health, a real generation, is never asked."""
     from vllm_simulator.sglang_engine import SglangOptions
 
     sim = Simulator(port=0, flavour="sglang", sglang=SglangOptions(health_poll_seconds=0.05), scenario="busy").start()
-    port, probes = free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "check_vllm.haproxy.cli", "-u", sim.url, "--engine", "sglang",
-                             "--listen", f"127.0.0.1:{port}", "--probe-listen", f"127.0.0.1:{probes}", "--interval",
-                             "0.5", "--stuck-seconds", "2", "--stuck-readings", "2", "--probe-every", "1",
-                             "--probe-timeout", "0.5"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
-    url = f"http://127.0.0.1:{probes}"
     try:
-        for _ in range(100):
-            try:
-                httpx.get(f"{url}/livez", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        got = until(url, "/livez", 200)
-        assert got.text.startswith("liveness pass: busy: "), got.text
-        assert sim.inference_requests() == []
-        sim.set_scenario("stuck")
-        live = until(url, "/livez", 503, timeout=30)
-        assert live.status_code == 503 and live.text.startswith("liveness fail: CRITICAL stuck: "), live.text
-        assert "probe" in live.text, live.text
-        assert not any(r.path in ("/health", "/health_generate") for r in sim.requests())
+        with running_agent(sim.url, "--engine", "sglang", "--probe-every", "1", "--probe-timeout", "0.5") as url:
+            got = until(url, "/livez", 200)
+            assert got.text.startswith("liveness pass: busy: "), got.text
+            assert sim.inference_requests() == []
+            sim.set_scenario("stuck")
+            live = until(url, "/livez", 503, timeout=30)
+            assert live.status_code == 503 and live.text.startswith("liveness fail: CRITICAL stuck: "), live.text
+            assert "probe" in live.text, live.text
+            assert not any(r.path in ("/health", "/health_generate") for r in sim.requests())
     finally:
-        proc.terminate()
-        assert proc.wait(10) == 0
         sim.stop()
-        assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")

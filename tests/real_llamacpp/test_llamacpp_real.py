@@ -9,10 +9,8 @@ ends, `n_decode_total` on every decode.
 
 from __future__ import annotations
 
-import http.server
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ import pytest
 
 from check_vllm.contract.vocab import CRITICAL, OK, WARNING
 from tests.real_llamacpp.conftest import REPORTS
+from tests.rig.forwarder import Recorder
 from tests.rig.llamacpp_server import LlamaServer
 from tests.rig.scripts import Result, real_runner, run_script
 
@@ -36,59 +35,13 @@ STUCK = ("--stuck-seconds", f"{STUCK_SECONDS:g}", "--stuck-readings", "2", "-t",
 Check = Callable[..., Result]
 
 
-class Recorder(http.server.ThreadingHTTPServer):
-    """A recording forwarder: what a proxy in front of llama-server would pass on; `seen` lists (method, path
-    with its query) of every request the check sent."""
-
-    daemon_threads = True
-
-    def __init__(self, upstream: str) -> None:
-        super().__init__(("127.0.0.1", 0), _Forward)
-        self.upstream, self.seen = upstream, []
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def inference(self) -> list[tuple[str, str]]:
-        return [(m, p) for m, p in self.seen if m == "POST"]
-
-
-class _Forward(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: Recorder
-
-    def _forward(self) -> None:
-        self.server.seen.append((self.command, self.path))
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
-        try:
-            resp = httpx.request(self.command, self.server.upstream + self.path, content=body, headers=headers,
-                                 timeout=30)
-        except httpx.HTTPError:
-            self.send_error(504)
-            return
-        self.send_response(resp.status_code)
-        self.send_header("Content-Type", resp.headers.get("content-type", "application/octet-stream"))
-        self.send_header("Content-Length", str(len(resp.content)))
-        self.end_headers()
-        self.wfile.write(resp.content)
-
-    do_GET = do_POST = _forward
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def recorder(server: LlamaServer) -> Iterator[Recorder]:
     rec = Recorder(server.url)
     try:
         yield rec
     finally:
-        rec.shutdown()
-        rec.server_close()
+        rec.close()
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ tests (they take their own baselines); the dead-engine test kills the server and
 
 from __future__ import annotations
 
-import http.server
 import os
 import signal
 import threading
@@ -27,6 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.rig.forwarder import Recorder
 from tests.rig.scripts import Result, checked, real_runner, script  # noqa: F401  (checked: the tier's modules take it here)
 from tests.rig.vllm_server import VllmServer, group_members, idle, sample_sum, saturated
 
@@ -206,61 +206,22 @@ def test_frozen_engine_stalling_then_stuck_then_busy_again(vllm_server: VllmServ
     ensure_idle(vllm_server)
 
 
-class _Recorder(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    upstream = ""
-    seen: list[tuple[str, str]]
-
-
-class _Forward(http.server.BaseHTTPRequestHandler):
-    """A minimal recording reverse proxy: what a load balancer in front of vLLM would pass on."""
-
-    protocol_version = "HTTP/1.1"
-    server: _Recorder
-
-    def _forward(self) -> None:
-        self.server.seen.append((self.command, self.path.split("?")[0]))
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        headers = {k: v for k, v in self.headers.items()
-                   if k.lower() in ("content-type", "authorization", "accept")}
-        try:
-            resp = httpx.request(self.command, self.server.upstream + self.path, content=body,
-                                 headers=headers, timeout=30)
-        except httpx.HTTPError:
-            self.send_error(502)
-            return
-        self.send_response(resp.status_code)
-        self.send_header("Content-Type", resp.headers.get("content-type", "application/octet-stream"))
-        self.send_header("Content-Length", str(len(resp.content)))
-        self.end_headers()
-        self.wfile.write(resp.content)
-
-    do_GET = do_POST = _forward
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def recorder(vllm_server: VllmServer) -> Iterator[_Recorder]:
-    srv = _Recorder(("127.0.0.1", 0), _Forward)
-    srv.upstream, srv.seen = vllm_server.url, []
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
+def recorder(vllm_server: VllmServer) -> Iterator[Recorder]:
+    rec = Recorder(vllm_server.url)
     try:
-        yield srv
+        yield rec
     finally:
-        srv.shutdown()
-        srv.server_close()
+        rec.close()
 
 
-def test_proxy_reads_only_v1_models(vllm_server: VllmServer, check: Check, recorder: _Recorder):
-    url = f"http://127.0.0.1:{recorder.server_address[1]}"
+def test_proxy_reads_only_v1_models(vllm_server: VllmServer, check: Check, recorder: Recorder):
+    url = recorder.url
     before = ensure_idle(vllm_server)
     r = check(url, "--proxy", *FAST)
     assert (r.code, r.word) == (OK, "proxy"), r.out
     assert "tiny-llama" in r.status, r.out
-    assert recorder.seen == [("GET", "/v1/models")], recorder.seen
+    assert recorder.paths() == [("GET", "/v1/models")], recorder.seen
     # the server agrees: one /v1/models, no completion (its counters exclude /metrics, see the top)
     after = wait_counts(vllm_server, lambda t: completions(t, "/v1/models") >= completions(before, "/v1/models") + 1)
     time.sleep(0.5)
@@ -272,7 +233,7 @@ def test_proxy_reads_only_v1_models(vllm_server: VllmServer, check: Check, recor
     recorder.seen.clear()
     normal = check(url, *FAST)
     assert (normal.code, normal.word) == (OK, "idle"), normal.out
-    assert recorder.seen == [("GET", "/metrics/"), ("POST", "/v1/completions")], recorder.seen
+    assert recorder.paths() == [("GET", "/metrics/"), ("POST", "/v1/completions")], recorder.seen
 
 
 def test_restart_new_baseline_counters_never_compared(vllm_server: VllmServer, check: Check):
