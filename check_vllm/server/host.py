@@ -11,6 +11,7 @@ URL whose host is this host: a check of a remote URL must never take a local pro
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import socket
 import subprocess
@@ -19,9 +20,9 @@ from urllib.parse import urlsplit
 from check_vllm.contract.defaults import Options
 from check_vllm.contract.engines import VLLM
 from check_vllm.contract.safe_text import clean
-from check_vllm.contract.values import Witness
-from check_vllm.server import procfs
-from check_vllm.server.processes import by_command_line, engine_of, process
+from check_vllm.contract.values import ServerProcess, Witness
+from check_vllm.server import procfs, serverargs
+from check_vllm.server.processes import by_command_line, engine_of, process, server_at
 
 #: Seconds a --pid-command may take.
 PID_COMMAND_TIMEOUT = 5.0
@@ -124,3 +125,27 @@ def witness(url: str, options: Options, status: int | None = None) -> Witness | 
     if options.server_user and user is None:
         return Witness(error=f"--server-user {clean(options.server_user, 40)}: no such user here")
     return by_command_line(url_port(url), options.server_port, user, status)
+
+
+def idle_sleep(url: str, options: Options) -> float | None:
+    """The idle seconds after which the server's process sleeps (its row's sleep flag on its command line): a
+    probe after them would wake it. The process is the witness's (named, else this host's by the URL's port or
+    --server-port), found with no look at what else holds the port: one /proc scan. None when none is found,
+    the URL is not this host's, or it does not sleep (no flag, -1, no positive number). Never raises: it only
+    spares a probe."""
+    try:
+        found: ServerProcess | None = None
+        if options.pid_file or options.pid_command:
+            seen = witness(url, options)
+            found = seen.process if seen else None
+        elif is_local(url):
+            user = _uid(options.server_user) if options.server_user else None
+            if user is not None or not options.server_user:
+                found = server_at(options.server_port or url_port(url), user)
+        argv = procfs.cmdline(found.pid) if found else []
+        row = engine_of(argv)
+        given = serverargs.flag(argv, row.sleep_flag) if row and row.sleep_flag else None
+        seconds = float(given) if given is not None else math.nan
+    except Exception:  # noqa: BLE001 - a /proc race, a pid command's output: a probe spared is not worth a check
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None

@@ -1,25 +1,22 @@
 """Which process on this host serves a port: an engine's server found by its command line (its row's programs;
-its --port, or the port in vLLM's --config file), behind a proxy on this host, and what the host cannot see (/proc
-hidden, another network namespace, a port it cannot tell), so that finding none is proof only when it is. Read
-only when /metrics gave no reading, and only for a URL whose host is this host (check_vllm.server.host).
+its port as its row says it is told: --port, its environment, its --config file, check_vllm.server.serverargs),
+behind a proxy on this host, and what the host cannot see (/proc hidden, another network namespace, a port it
+cannot tell), so that finding none is proof only when it is. Read only when /metrics gave no reading, and only
+for a URL whose host is this host (check_vllm.server.host).
 """
 
 from __future__ import annotations
 
 import os
-import re
-import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from check_vllm.contract.engines import ENGINES, VLLM, Engine
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.values import ServerProcess, Witness
-from check_vllm.server import clock, procfs
+from check_vllm.server import clock, procfs, serverargs
 
 #: vLLM's API server's module, for `python -m ...` command lines.
 API_MODULE = VLLM.modules[0]
-#: A --config file is read this far: vLLM's are a few lines.
-CONFIG_MAX = 64 << 10
 
 
 def engine_of(argv: Sequence[str]) -> Engine | None:
@@ -40,69 +37,19 @@ def _runs(row: Engine, argv: Sequence[str]) -> bool:
         or any(a == m or a.endswith("/" + m.replace(".", "/") + ".py") for a in argv for m in row.modules)
 
 
-def _flag(argv: Sequence[str], name: str) -> str | None:
-    """The last value given to `name` (`--name V` or `--name=V`): the one argparse keeps."""
-    given = None
-    for i, arg in enumerate(argv):
-        if arg == name and i + 1 < len(argv):
-            given = argv[i + 1]
-        elif arg.startswith(name + "="):
-            given = arg.partition("=")[2]
-    return given
+def api_port(argv: Sequence[str], cwd: str = "/", owner: int | None = None,
+             environ: Mapping[str, str] | None = serverargs.NO_ENVIRON) -> int | None:
+    """The port an engine's server with this command line serves, told where its row says (--port, its
+    environment `environ`, its --config file; check_vllm.server.serverargs.port); None when it cannot be told
+    here (`environ` None: unreadable). A relative --config is the server's own (its working directory `cwd`)."""
+    return serverargs.port(engine_of(argv) or VLLM, argv, cwd, owner, environ)
 
 
-#: A top-level `port:` line of a vLLM --config YAML file (its keys are the command line's long options).
-_YAML_PORT = re.compile(rb"^port\s*:\s*[\"']?(\d{1,5})[\"']?\s*(?:#.*)?$", re.MULTILINE)
-
-
-def _regular_file(path: str, owners: set[int], limit: int = CONFIG_MAX) -> bytes | None:
-    """Up to `limit` bytes of `path` when it is a regular file of one of `owners`, else None. Another user's
-    command line names the file, so the file is input: no final symlink followed, and no device or FIFO ever
-    opened (opened O_PATH and checked first, then reopened through /proc/self/fd: `--config /dev/watchdog` must
-    not arm a watchdog, nor a FIFO block the check)."""
-    try:
-        handle = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(handle)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid not in owners:
-            return None
-        fd = os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    finally:
-        os.close(handle)
-    try:
-        return os.read(fd, limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def api_port(argv: Sequence[str], cwd: str = "/", owner: int | None = None) -> int | None:
-    """The port a vLLM API server's command line serves: --port, else the `port:` of its --config file (vLLM's
-    documented YAML form), else vLLM's 8000; None when it cannot be told here: a --port that is no number, a
-    --config this user cannot read or that is no regular file of the server's user (`owner`) or root. A
-    relative --config is the server's own (its working directory)."""
-    row = engine_of(argv) or VLLM
-    given, config = _flag(argv, "--port"), _flag(argv, "--config") if row is VLLM else None
-    if given is None and config is not None:
-        raw = _regular_file(os.path.join(cwd, config), {0, os.geteuid() if owner is None else owner})
-        if raw is None:
-            return None
-        found = _YAML_PORT.search(raw)
-        return int(found.group(1)) if found else row.default_port
-    try:
-        return int(given) if given is not None else row.default_port
-    except ValueError:
-        return None
-
-
-def serves_port(argv: Sequence[str], port: int, cwd: str = "/") -> bool:
-    """A command line of vLLM's API server that serves `port` (no --port: its --config file's, else 8000)."""
-    return is_api_server(argv) and api_port(argv, cwd) == port
+def serves_port(argv: Sequence[str], port: int, cwd: str = "/",
+                environ: Mapping[str, str] | None = serverargs.NO_ENVIRON) -> bool:
+    """A command line of an engine's server that serves `port` (api_port: told by its command line, environment
+    or config file, else its row's default)."""
+    return is_api_server(argv) and api_port(argv, cwd, environ=environ) == port
 
 
 def _stat_start(pid: int) -> int | None:
@@ -143,7 +90,7 @@ def _owner(pid: int) -> int | None:
 
 
 def _api_servers(user: int | None) -> tuple[dict[int, list[int]], list[str], list[str]]:
-    """Every vLLM API server process here, by the port it serves, of `user` only when given (another user's
+    """Every engine's server process here, by the port it serves, of `user` only when given (another user's
     processes are not ours to believe), in this network namespace; and what cannot be told of the others:
     those whose port cannot be told here, and those in another network namespace."""
     mine, untold, elsewhere = _netns("self"), [], []
@@ -156,7 +103,8 @@ def _api_servers(user: int | None) -> tuple[dict[int, list[int]], list[str], lis
         owner = _owner(pid)
         if user is not None and owner != user:
             continue
-        served, ns = api_port(argv, f"/proc/{pid}/cwd", owner), _netns(pid)
+        env = serverargs.environ(pid) if row.port_env else serverargs.NO_ENVIRON
+        served, ns = serverargs.port(row, argv, f"/proc/{pid}/cwd", owner, env), _netns(pid)
         if served is None:
             untold.append(f"{row.name} process {pid}: its port cannot be told here")
         elif ns is None or (mine is not None and ns != mine):
@@ -171,6 +119,12 @@ def _oldest(pids: Sequence[int], how: str) -> ServerProcess | None:
     seen = [p for p in (process(pid, how, (engine_of(procfs.cmdline(pid)) or VLLM).name) for pid in pids)
             if p is not None]
     return min(seen, key=lambda p: p.start_ticks) if seen else None
+
+
+def server_at(port: int, user: int | None = None) -> ServerProcess | None:
+    """The server process here whose command line (environment, config file) serves `port`, of `user` when
+    given: by_command_line's first look only (one /proc scan), for what its command line says beyond its port."""
+    return _oldest(_api_servers(user)[0].get(port, []), "command line")
 
 
 #: What a proxy answers while the server behind it does not: nginx 502 or 504, Caddy 502 or 503, HAProxy 503.
