@@ -29,6 +29,13 @@ class Routes(NamedTuple):
     engine_dead: str = ""
     #: Routes that cost the engine work (a generation behind a health URL): never asked, whatever happens.
     never: tuple[str, ...] = ()
+    #: The paused route answers by its status, not a JSON `is_paused` (SGLang's /ready: 503 while paused), and
+    #: says paused only while `healthy` answers 200 (SGLang's /ping: /ready is 503 after a failed health check too).
+    paused_by_status: bool = False
+    healthy: str = ""
+    #: Says whether the server sleeps (unloaded its model when idle, reloads it on the next request): a JSON
+    #: `is_sleeping` answered from a cache, no task (llama.cpp's /props). Asked before an idle probe only.
+    asleep: str = ""
 
 
 class Engine(NamedTuple):
@@ -70,6 +77,17 @@ class Engine(NamedTuple):
     #: progress proves nothing: the idle probe tells idle from hung. Progress is proof of work.
     lagging_gauges: bool = False
     routes: Routes = Routes()
+    #: The server flag that turns its /metrics on ("": always on), named when it is off.
+    metrics_flag: str = ""
+    #: Significant digits its page prints a value with (0: exact): a counter at or past 10**digits may not move
+    #: visibly between two readings, so its standing still proves nothing.
+    counter_digits: int = 0
+    #: Where its server takes its port besides --port: an environment variable (read from the process where this
+    #: user may), a YAML file named by a flag (its top-level `port:`). The command line wins over both.
+    port_env: str = ""
+    config_flag: str = ""
+    #: The flag by which its server sleeps after that many idle seconds (a probe would keep it awake).
+    sleep_flag: str = ""
 
 
 VLLM = Engine(
@@ -90,6 +108,7 @@ VLLM = Engine(
                "vllm:iteration_tokens_total_created"}),
     engine_label="engine", work="vllm:num_requests_running/waiting",
     serves=("vllm",), modules=("vllm.entrypoints.openai.api_server",), summed=frozenset({"finished"}),
+    config_flag="--config",
     routes=Routes(
         metrics_filter=True,
         paused="/is_paused",  # >= 0.32 with VLLM_SERVER_DEV_MODE=1
@@ -121,6 +140,11 @@ LLAMA_CPP = Engine(
     work="llamacpp:requests_processing/requests_deferred", label="LLAMACPP", key="llamacpp",
     owner_header="Process-Start-Time-Unix",
     programs=("llama-server",), default_port=8080,  # common/arg.cpp: --port, LLAMA_ARG_PORT; 8080
+    # common/arg.cpp: the environment is applied first, the command line after it (it wins); --metrics or
+    # LLAMA_ARG_ENDPOINT_METRICS, else /metrics answers 501; --sleep-idle-seconds has no environment variable.
+    # tools/server/server-context.cpp: values printed with std::to_string-free ostream defaults, 6 digits.
+    metrics_flag="--metrics", counter_digits=6, port_env="LLAMA_ARG_PORT", sleep_flag="--sleep-idle-seconds",
+    routes=Routes(asleep="/props"),
 )
 
 #: SGLang 0.5.23 with --enable-metrics, read from its source (tests/fixtures/source/sglang-0.5.23/README.md names
@@ -144,7 +168,11 @@ SGLANG = Engine(
     engine_label="dp_rank", work="sglang:num_running_reqs/num_queue_reqs", label="SGLANG", key="sglang",
     serves=("sglang",), modules=("sglang.launch_server",), default_port=30000,
     summed=frozenset({"steps"}), split="mode", lagging_gauges=True, owner=("sglang:num_retracted_reqs", "pid"),
-    routes=Routes(metrics_filter=True, never=("/health", "/health_generate")),
+    # srt/entrypoints/http_server.py: /ready is 200 iff not paused and healthy, /ping 200 iff healthy (a paused
+    # server too); /metrics is mounted only with --enable-metrics; its `name[]` filter goes through a registry
+    # that holds no multiprocess collector by name: an empty page, so it is never asked.
+    routes=Routes(paused="/ready", paused_by_status=True, healthy="/ping", never=("/health", "/health_generate")),
+    metrics_flag="--enable-metrics", config_flag="--config",
 )
 
 #: Every engine, the first the default where a page says nothing.

@@ -42,6 +42,9 @@ class EngineReading(NamedTuple):
     #: True where its work gauges are written only now and then (SGLang's): work shown with no progress is no
     #: proof of work. None: they are live.
     lagging_gauges: bool | None = None
+    #: Which counters its page printed too coarsely to show a stall (dropped: progress cannot be told from them),
+    #: as the words say it; None where every value is exact.
+    coarse: str | None = None
 
     @property
     def work(self) -> float:

@@ -125,6 +125,8 @@ def _engine(name: str, base: Baseline, cur: EngineReading, memory: Memory, gap: 
         return (BUSY if cur.work > 0 or cur.lagging_gauges else IDLE), None
     if cur.live_work <= 0:  # gauges written now and then prove no work: the idle probe tells
         return IDLE, None
+    if cur.coarse:  # its counters printed too coarsely to stand still: progress cannot be told, no stall judged
+        return BUSY, None
     if p is None or not comparable(p, cur):
         return BUSY, None  # an engine we have not seen, or no signal on both pages: nothing to compare
     old = memory.stalls.get(name)
@@ -197,7 +199,7 @@ def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | 
     words = {n: w for n, (w, _) in judged.items()}
     stalls = {n: s for n, (_, s) in judged.items() if s is not None}
     lossy = any(lost_signals(base.reading.engines[n], e) for n, e in reading.engines.items()
-                if n in base.reading.engines)
+                if n in base.reading.engines and not e.coarse)  # a rounded page is the baseline from now on
     # a page missing signals the baseline had is no baseline for the next run either: keep the fuller one
     new = memory._replace(stalls=MappingProxyType(stalls)) if lossy else keep(memory, reading, now, stalls)
     # an old baseline of the same process still proves what did not move; its rates are no news
@@ -212,6 +214,7 @@ def assess(memory: Memory, reading: Reading, settings: Settings, now: Instant | 
         text += f", {rate_values.tokens_per_second:.1f} tok/s"
     elif rate_values.steps_per_second is not None and word == BUSY:  # an engine that counts tokens only at the end
         text += f", {rate_values.steps_per_second:.1f} steps/s"
+    text += wording.coarse(reading)
     stalled = max((lasted(s, now) for s in stalls.values()), default=0.0)
     return finish(new, word, text, g, now, engines=words, stalled=stalled,
                   rate_values=rate_values, state=state_of(word, OK))

@@ -43,11 +43,17 @@ def restart_reason(prev: Reading, cur: Reading) -> str | None:
             continue
         if p.created is not None and c.created is not None and abs(p.created - c.created) > 1e-3:
             return "counters were re-created"
+        if not c.coarse and _counters(p) and not _counters(c):
+            return "its counters are gone (a new process's page shows a counter only once it is used)"
         for f in COUNTER_FIELDS:
             a, b = getattr(p, f), getattr(c, f)
             if a is not None and b is not None and b < a - 1e-9:
                 return "counters went backwards"
     return None
+
+
+def _counters(e: EngineReading) -> bool:
+    return any(getattr(e, f) is not None for f in COUNTER_FIELDS)
 
 
 def continues(prev: Reading, cur: Reading) -> bool:

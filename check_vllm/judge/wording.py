@@ -96,6 +96,12 @@ def _many(words: Mapping[str, str], sick: list[str], stalls: Mapping[str, Streak
             f"longest {_stall(stalls[longest], now)} (engine {clean(longest, 20)}){_need(worst, settings)}; total ")
 
 
+def coarse(reading: Reading) -> str:
+    """What its page printed too coarsely to prove a stall: progress cannot be told, so no stall is judged."""
+    said = sorted({e.coarse for e in reading.engines.values() if e.coarse and e.work > 0})
+    return f"; progress cannot be told ({'; '.join(said)})" if said else ""
+
+
 def models(model: str | None) -> str:
     return f"/v1/models lists {clean(model, 80)}" if model else "/v1/models answers"
 
@@ -173,6 +179,12 @@ def lagging(g: Gauges) -> str:
     """Idle by its counters while gauges written only now and then (SGLang's) still show work."""
     return f"no progress; its gauges ({counts(g).lstrip(', ')}) are written only now and then: not probed"
 ASLEEP = "engine asleep, not probed"
+#: A server that unloaded its model when idle and reloads it on the next request (llama.cpp's sleep).
+DOZING = "asleep: its server unloaded the model when idle and reloads it on the next request; not probed"
+
+
+def sleeps_after(seconds_idle: float) -> str:
+    return f"no work; its server sleeps after {seconds_idle:g} s idle and a probe would keep it awake: not probed"
 
 
 def probe_answered(head: str, secs: float) -> str:

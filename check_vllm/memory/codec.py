@@ -21,7 +21,8 @@ from check_vllm.contract.numbers import finite
 from check_vllm.contract.values import EngineReading, Reading
 from check_vllm.contract.vocab import state_of
 
-_ENGINE_FIELDS = frozenset(EngineReading._fields)
+#: What a baseline keeps of an engine: its numbers (`coarse` is words for this run's output, not kept).
+_ENGINE_FIELDS = frozenset(EngineReading._fields) - {"coarse"}
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -158,7 +159,7 @@ def from_json(data: Any) -> Memory:
 
 
 def _engine_json(e: EngineReading) -> dict[str, Any]:
-    return {k: v for k, v in e._asdict().items() if v is not None}
+    return {k: v for k, v in e._asdict().items() if v is not None and k in _ENGINE_FIELDS}
 
 
 def _streak_json(s: Streak) -> dict[str, Any]:

@@ -120,7 +120,21 @@ def _never_served(fields: dict[str, float]) -> bool:
     return bool(counters) and not any(counters) and not fields.get("kv_cache")
 
 
-def _usable(values: dict[str, dict[str, float]], row: Engine) -> None:
+def _rounded(values: dict[str, dict[str, float]], row: Engine) -> dict[str, str]:
+    """Drop the counters a page printed rounded (row.counter_digits: llama.cpp's 6 significant digits, `1e+09`):
+    past 10**digits a printed step is many steps, so standing still proves nothing. Per engine, what was dropped
+    (for the words), and nothing where the page prints exact values."""
+    if not row.counter_digits:
+        return {}
+    limit, dropped = 10.0 ** row.counter_digits, {}
+    for engine, fields in values.items():
+        gone = [f"{f} {fields.pop(f):.{row.counter_digits}g}" for f in COUNTER_FIELDS if fields.get(f, 0.0) >= limit]
+        if gone:
+            dropped[engine] = f"{', '.join(gone)} printed with {row.counter_digits} significant digits"
+    return dropped
+
+
+def _usable(values: dict[str, dict[str, float]], row: Engine, coarse: Mapping[str, str]) -> None:
     """Raise NotMetrics for a page that cannot tell busy from stuck."""
     if not values:
         raise NotMetrics(f"no {row.prefix} request metrics on the page")
@@ -130,18 +144,22 @@ def _usable(values: dict[str, dict[str, float]], row: Engine) -> None:
             where = f" for engine {engine}" if engine else ""
             raise NotMetrics(f"no {row.work}{where}: work unknown")
     # A page cut short or an exporter that lost its counters: no engine shows any progress signal.
-    if not any(f in fields for fields in values.values() for f in PROGRESS_FIELDS) and any(
+    if not coarse and not any(f in fields for fields in values.values() for f in PROGRESS_FIELDS) and any(
         fields.get("running", 0.0) > 0 or fields.get("waiting", 0.0) > 0 for fields in values.values()
     ):
         raise NotMetrics("work but no progress counters on the page: cannot tell busy from stuck")
+
+
+def _carries(text: str, row: Engine) -> bool:
+    """The page holds a sample of `row`'s families (a line that starts with its prefix)."""
+    return f"\n{row.prefix}" in text or text.startswith(row.prefix)
 
 
 def _row(text: str, named: Engine | None) -> Engine:
     """The engine named, else the one whose prefix the page's samples carry (vLLM's where none does)."""
     if named is not None:
         return named
-    return next((row for row in ENGINES if row is not VLLM and (f"\n{row.prefix}" in text or
-                                                                 text.startswith(row.prefix))), VLLM)
+    return next((row for row in ENGINES if row is not VLLM and _carries(text, row)), VLLM)
 
 
 def parse(text: str, named: Engine | None = None) -> Reading:
@@ -154,7 +172,9 @@ def parse(text: str, named: Engine | None = None) -> Reading:
     lines = [line for line in lines if _wanted(line)]
     if named is not None:  # only its own families: another engine's page is not its
         lines = [line for line in lines if ROW_OF.get(line.split("{", 1)[0].split(" ", 1)[0], row) is row]
-    if not lines and not row.lagging_gauges:
+    if not lines and not (row.lagging_gauges and _carries(text, row)):
+        # a page with no sample of the engine's (SGLang's restricted page is empty by construction) is no reading;
+        # an engine whose gauges lag shows only its other families before its first batch
         raise NotMetrics(f"no {row.prefix} metrics on the page")
     try:
         got = _collect([sample(line) for line in lines])
@@ -162,7 +182,8 @@ def parse(text: str, named: Engine | None = None) -> Reading:
         raise NotMetrics(f"unparseable metrics: {err}") from None
     if not got.values and row.lagging_gauges:  # its page before its first batch: no gauge, no counter yet
         got.values[""] = {}
-    _usable(got.values, row)
+    coarse = _rounded(got.values, row)
+    _usable(got.values, row, coarse)
     engines = {
         engine: EngineReading(
             running=max(fields.get("running", 0.0), 0.0),
@@ -178,6 +199,7 @@ def parse(text: str, named: Engine | None = None) -> Reading:
             deferred=got.deferred.get(engine),
             created=got.created.get(engine),
             lagging_gauges=row.lagging_gauges or None,
+            coarse=coarse.get(engine),
         )
         for engine, fields in sorted(got.values.items())
     }
