@@ -30,10 +30,11 @@ from check_vllm.judge.quiet import (
     asks_server,
     concerns,
     deferred,
+    let_sleep,
     on_purpose,
     turned_away,
 )
-from check_vllm.server import api, clock, held
+from check_vllm.server import clock, held
 from check_vllm.server.calls import Calls
 from check_vllm.server.fetch import Endpoint
 
@@ -96,11 +97,11 @@ def _engine_said(calls: Calls, failure: Failure) -> Failure:
 def _judged(step: Step, memory: Memory, failure: Failure, second_look: bool) -> Verdict:
     """The evidence of a run without a reading, gathered once, and its one judge (imported here: a run that got
     its reading never loads it)."""
-    from check_vllm.judge.no_reading import LIFECYCLE, assess_failure
+    from check_vllm.judge.no_reading import assess_failure, host_may_explain
 
     calls = step.calls
     failure = _engine_said(calls, failure)
-    witness = _witness(calls, failure) if failure.kind in LIFECYCLE and not failure.dead_engine else None
+    witness = _witness(calls, failure) if host_may_explain(failure) else None
     return assess_failure(memory, Evidence(failure, witness, step.marker, second_look), step.settings, calls.now())
 
 
@@ -202,7 +203,9 @@ def _sequence(step: Step, memory: Memory) -> Observation:
             got, verdict = again, assess(verdict.memory, again, settings, now())
 
     if verdict.action == PROBE and options.probe and step.may_probe():
-        verdict, got = _probed(step, verdict, got, fair)
+        verdict = _let_sleep(calls, verdict)
+        if verdict.action == PROBE:
+            verdict, got = _probed(step, verdict, got, fair)
     if not concerns(verdict):
         return Observation(verdict, got)
     verdict = _explained(calls, verdict, got, settings)
@@ -218,6 +221,22 @@ def _sequence(step: Step, memory: Memory) -> Observation:
     return Observation(deferred(verdict, got, None, None, settings, now()), got)
 
 
+def _let_sleep(calls: Calls, verdict: Verdict) -> Verdict:
+    """Before an idle probe, of an engine whose server sleeps when idle: its own word (a cached route, no task),
+    then its command line on this host; either spares it the probe (check_vllm.judge.quiet.let_sleep)."""
+    engine = calls.engine
+    if not engine.routes.asleep and not engine.sleep_flag:
+        return verdict
+    from check_vllm.server import host
+
+    said = None
+    if engine.routes.asleep:
+        calls.doing(f"GET {engine.routes.asleep}")
+        said = held.asleep(calls.client, calls.endpoint, engine.routes.asleep, calls.left(None))
+    after = host.idle_sleep(calls.endpoint.url, calls.options) if not said and engine.sleep_flag else None
+    return let_sleep(verdict, said, after, calls.now())
+
+
 def _explained(calls: Calls, verdict: Verdict, got: Reading, settings: Settings) -> Verdict:
     """A stall its server may explain (paused on purpose, a faulted engine held for recovery, deferred work):
     GET /is_paused and the fault-tolerance status are asked on this path only, where the judge says they may
@@ -226,7 +245,7 @@ def _explained(calls: Calls, verdict: Verdict, got: Reading, settings: Settings)
     routes = calls.engine.routes
     if routes.paused and asks_server(verdict, got):
         calls.doing(f"GET {routes.paused}")
-        said = api.is_paused(calls.client, calls.endpoint, routes.paused, calls.left(None))
+        said = held.is_paused(calls.client, calls.endpoint, routes, calls.left(None))
     if routes.faults and asks_faults(verdict, got):
         calls.doing("GET the fault-tolerance status")
         faults = held.faults(calls.client, calls.endpoint, routes.faults, calls.left(None))

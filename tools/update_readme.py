@@ -285,6 +285,8 @@ def engine_row(key: str) -> str:
                                                    (r.checkpoint, "a request turned away as paused"),
                                                    (r.engine_dead, "after a 5xx: did the engine die?")) if path]
     asks += [f"`{path}` (a stall: held for recovery?)" for path in r.faults]
+    asks += [f"`{path}` (with `{r.paused}` 503: healthy, so paused rather than failed?)" for path in (r.healthy,) if path]
+    asks += [f"`{path}` (before an idle probe: asleep? a probe would wake it)" for path in (r.asleep,) if path]
     witness = ", ".join([*(f"`{p}`" for p in row.programs), *(f"`{c} serve`" for c in row.serves),
                          *(f"`python -m {m}`" for m in row.modules)])
     lines = ["| | |", "|---|---|", f"| status line | `{row.label} OK - ...` |", f"| `--engine` | `{row.key}` |",
@@ -294,8 +296,18 @@ def engine_row(key: str) -> str:
              f"| work gauges | {'lag (written now and then): work shown with nothing moving is no proof; the probe tells' if row.lagging_gauges else 'live'} |",
              f"| asked | {'<br>'.join(asks)} |",
              f"| never asked | {', '.join(f'`{p}`' for p in r.never) or 'anything not listed above'} |",
-             f"| its process, for the host's witness | {witness}, port {row.default_port} unless `--port` |"]
+             f"| its process, for the host's witness | {witness}, port {row.default_port} unless {_port_from(row)} |",
+             f"| metrics off | {f'`{row.metrics_flag}` turns `/metrics` on; without it: `no metrics` (WARNING, never restarted), liveness from `/v1/models`' if row.metrics_flag else 'always served'} |",
+             f"| values printed | {f'{row.counter_digits} significant digits: a counter past 10^{row.counter_digits} is not read (progress cannot be told from it, never stuck)' if row.counter_digits else 'exact'} |",
+             *([f"| sleep | `{row.sleep_flag}`: an idle server is not probed (asleep, or sleeping soon) |"] if row.sleep_flag else [])]
     return "\n".join(lines) + "\n"
+
+
+def _port_from(row) -> str:
+    """Where its server takes its port, in the order it applies them."""
+    ways = ["`--port`"] + [f"`{row.port_env}` in its environment"] * bool(row.port_env) \
+        + [f"the `port:` of its `{row.config_flag}` YAML file"] * bool(row.config_flag)
+    return ", else ".join(ways)
 
 
 def _sample(name: str) -> str:

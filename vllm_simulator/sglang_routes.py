@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 #: FastAPI's routes and their one method; a path starting with /metrics goes to the mounted metrics app.
 KNOWN: Final = {
-    "/health": "GET", "/health_generate": "GET", "/ready": "GET", "/v1/models": "GET",
+    "/health": "GET", "/health_generate": "GET", "/ready": "GET", "/ping": "GET", "/v1/models": "GET",
     "/v1/completions": "POST", "/v1/chat/completions": "POST",
     "/pause_generation": "POST", "/continue_generation": "POST",
 }
@@ -52,7 +52,11 @@ def _route(handler: Handler, server: SglangServer, path: str, query: str, body: 
         if handler.command != "GET":
             handler._send_json(405, {"detail": "Method Not Allowed"})
         else:
-            handler._metrics(mounted=True, names=parse_qs(query).get("name[]"))
+            names = parse_qs(query).get("name[]")
+            if names:  # restricted_registry over a MultiProcessCollector: no collector by name, an empty page
+                handler._send(200, b"", "text/plain; version=0.0.4; charset=utf-8")
+            else:
+                handler._metrics(mounted=True, names=None)
         return
     expected = KNOWN.get(path)
     if expected is None:
@@ -64,6 +68,8 @@ def _route(handler: Handler, server: SglangServer, path: str, query: str, body: 
     elif path == "/ready":
         ready = server.ready(handler._proc.start_time())
         handler._send(200 if ready else 503, b"", "text/plain; charset=utf-8")
+    elif path == "/ping":  # SageMaker's: is_healthy(), a paused server too
+        handler._send(200 if server.healthy(handler._proc.start_time()) else 503, b"", "text/plain; charset=utf-8")
     elif path in ("/pause_generation", "/continue_generation"):
         _pause(handler, server, path == "/pause_generation", body)
     elif path == "/v1/models":

@@ -81,6 +81,12 @@ class SglangServer:
             self._renew_locked(start_time)
             return not self._paused and self._healthy
 
+    def healthy(self, start_time: float) -> bool:
+        """TokenizerManager.is_healthy (SageMaker's /ping): paused or not."""
+        with self._cond:
+            self._renew_locked(start_time)
+            return self._healthy
+
     def set_healthy(self, start_time: float, healthy: bool) -> None:
         with self._cond:
             self._renew_locked(start_time)

@@ -42,6 +42,17 @@ from check_vllm.judge.proof import extend, lasted, proven
 
 #: Failures the host's process can explain (a loading, stopping or restarting server).
 LIFECYCLE = (DOWN, UNRESPONSIVE, NO_METRICS)
+
+
+def host_may_explain(failure: Failure) -> bool:
+    """A failure a loading, stopping or restarting server can cause, so the host's witness is asked. A server
+    whose /metrics is off (404, llama.cpp's 501) while /v1/models answers serves: it is neither loading nor down,
+    however long ago its process started (metrics off is both llama.cpp's and SGLang's default)."""
+    if failure.kind not in LIFECYCLE or failure.dead_engine:
+        return False
+    return not (failure.kind == NO_METRICS and failure.models in (MODELS_OK, MODELS_ANSWERED))
+
+
 #: The run before saw no server at all: a failure now is nothing new, and gets no second look.
 _NOT_UP = (DOWN, PROTOCOL, UNREACHABLE)
 
@@ -217,7 +228,7 @@ def assess_failure(memory: Memory, evidence: Evidence, settings: Settings, now: 
     detail = failure.detail
     if evidence.witness is not None and evidence.witness.error:
         detail = f"{detail}; server process unknown: {evidence.witness.error}"
-    if failure.kind in LIFECYCLE:
+    if host_may_explain(failure):
         held = _host_explains(memory, saved, evidence, detail, settings, now)
         if held is not None:
             return held

@@ -20,6 +20,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from check_vllm.contract.defaults import Settings
+from check_vllm.contract.engines import BY_KEY
 from check_vllm.contract.instants import Instant, elapsed, instant
 from check_vllm.contract.kept import Footprint, Memory, Remembered, Streak
 from check_vllm.contract.values import (
@@ -99,7 +100,7 @@ def on_purpose(verdict: Verdict, reading: Reading, said: str | None, settings: S
         return verdict._replace(memory=memory._replace(paused=None))
     if said == PAUSED_YES or weights:
         how = "weights are moving in (vllm:rl_weight_update_operations_in_flight)" if weights else \
-            "its server says the engine is paused (GET /is_paused)"
+            f"its server says the engine is paused (GET {BY_KEY[reading.engine].routes.paused})"
         return _paused(memory, reading, how, settings, now, _rates(verdict))
     if memory.paused is not None:  # the pause just ended, nothing moves: the stall's proof starts now, not at a
         # reading taken while it was paused (conservative: it may have resumed only just now)
@@ -188,3 +189,18 @@ def deferred(verdict: Verdict, reading: Reading, outcome: ProbeOutcome | None, r
     if verdict.word == STUCK:
         return _amended(verdict, STUCK, verdict.code, wording.deferred_unprobed(verdict.text, why), now)
     return _amended(verdict, KV_TRANSFER, WARNING, wording.kv_transfer(g, why), now)
+
+
+def let_sleep(verdict: Verdict, asleep: bool | None, sleeps_after: float | None, now: Instant | float) -> Verdict:
+    """An idle engine whose server sleeps when idle (llama.cpp's --sleep-idle-seconds) is not probed: asleep, a
+    probe would wake it and reload its model; awake, it would restart the idle timer, and a server checked more
+    often than that would never sleep. It stays `idle` (in rotation): unlike an engine put to sleep, it takes the
+    next request and wakes for it. `asleep`: what its server said (None: not asked, or no answer); `sleeps_after`:
+    the idle seconds its command line gives (None: not known here)."""
+    if asleep:
+        text = wording.DOZING
+    elif sleeps_after:
+        text = wording.sleeps_after(sleeps_after)
+    else:
+        return verdict
+    return _amended(verdict, verdict.word, verdict.code, text, instant(now))

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import httpx
 
-from check_vllm.contract.engines import VLLM, Engine
+from check_vllm.contract.engines import ENGINES, VLLM, Engine
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import (
     ANSWERED,
@@ -27,10 +27,6 @@ from check_vllm.contract.values import (
     MODELS_ANSWERED,
     MODELS_OK,
     NO_ANSWER,
-    NO_PAUSE_ROUTE,
-    PAUSE_UNKNOWN,
-    PAUSED_NO,
-    PAUSED_YES,
     REFUSED,
     REJECTED,
     Failure,
@@ -57,6 +53,8 @@ PAUSED_TYPE, PAUSED_MESSAGE = "ServiceUnavailableError", "Generation is paused."
 #: Seconds GET /health may take when asked whether the engine died: vLLM answers it without a round trip to the
 #: engine (a flag the API server keeps), so a slow answer is an event loop too busy to tell.
 HEALTH_TIMEOUT = 2.0
+#: What a server answers a route it has but does not serve as configured (llama.cpp's /metrics without --metrics).
+NOT_IMPLEMENTED = 501
 
 
 def _unreached(err: FetchError) -> str | None:
@@ -124,10 +122,11 @@ def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float, n
         if err.kind in ("too large", "redirect", "encoding"):  # the page is not where we were told: no metrics
             return Failure(NO_METRICS, detail), True, False
         return Failure(UNRESPONSIVE, detail), True, False
-    if resp.status >= 500:
+    if resp.status >= 500 and resp.status != NOT_IMPLEMENTED:
         return Failure(UNRESPONSIVE, f"/metrics answered HTTP {resp.status}", status=resp.status), True, False
-    if resp.status != 200:
-        return Failure(NO_METRICS, f"/metrics answered HTTP {resp.status}"), True, False
+    if resp.status != 200:  # 404, or llama.cpp's 501: the server answers, its metrics are off
+        return Failure(NO_METRICS, f"/metrics answered HTTP {resp.status}{_metrics_off(resp.text(), named)}"), \
+            True, False
     try:
         return owned(parse(resp.text(), named), resp.headers), False, resp.redirects > 0
     except NotMetrics as err:
@@ -135,6 +134,14 @@ def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float, n
         kind = clean(kind, 60)
         detail = f"/metrics is not {(named or VLLM).name}'s ({clean(str(err), 160)}; {kind}, {len(resp.body)} bytes)"
         return Failure(NO_METRICS, detail), True, False
+
+
+def _metrics_off(body: str, named: Engine | None) -> str:
+    """How to turn the server's /metrics on: the flag its answer names (llama.cpp's 501 says `--metrics`), else the
+    flag of the engine --engine names; "" when neither tells."""
+    said = next((row for row in ENGINES if row.metrics_flag and f"`{row.metrics_flag}`" in body[:2000]), None)
+    row = said or named
+    return f" ({row.name} serves it only with {row.metrics_flag})" if row and row.metrics_flag else ""
 
 
 def first_model(client: httpx.Client, endpoint: Endpoint, timeout: float) -> str | None:
@@ -176,21 +183,6 @@ def engine_dead(client: httpx.Client, endpoint: Endpoint, route: str, timeout: f
     except FetchError:
         return False
     return resp.status == 503 and not resp.body.strip()
-
-
-def is_paused(client: httpx.Client, endpoint: Endpoint, route: str, timeout: float) -> str:
-    """What GET `route` says (vLLM's /is_paused, >= 0.32 with VLLM_SERVER_DEV_MODE=1, for RL trainers' /pause):
-    PAUSED_YES or PAUSED_NO; NO_PAUSE_ROUTE for a 404 (not in dev mode, or older); PAUSE_UNKNOWN for anything
-    else."""
-    try:
-        resp = request(client, endpoint, "GET", route, min(timeout, HEALTH_TIMEOUT), auth=True)
-    except FetchError:
-        return PAUSE_UNKNOWN
-    if resp.status == 404:
-        return NO_PAUSE_ROUTE
-    doc = resp.json() if resp.status == 200 else None
-    said = doc.get("is_paused") if isinstance(doc, dict) else None
-    return PAUSE_UNKNOWN if not isinstance(said, bool) else PAUSED_YES if said else PAUSED_NO
 
 
 def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: float, full: bool = True) -> ProbeOutcome:

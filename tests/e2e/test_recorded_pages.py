@@ -83,8 +83,10 @@ def test_llamacpp_pages_read_idle_busy_stuck_restarted(tmp_path: Path):
 
         r = run("idle")
         assert (r.code, r.word) == (OK, "idle") and "probe answered" in r.status, r.out
-        # no model_name label on llama.cpp's page: the probe's model is the first /v1/models lists
-        assert srv.log == [("GET", "/metrics"), ("GET", "/v1/models"), ("POST", "/v1/completions")], srv.log
+        # no model_name label on llama.cpp's page: the probe's model is the first /v1/models lists; /props (asleep?)
+        # is asked before the probe (404 here: says nothing)
+        assert srv.log == [("GET", "/metrics"), ("GET", "/props"), ("GET", "/v1/models"), ("POST", "/v1/completions")
+                           ], srv.log
         r = run("busy-1", "busy-2")
         assert (r.code, r.word) == (OK, "busy"), r.out
         assert r.perf["running"] == "2" and float(r.perf["steps_per_second"]) > 0, r.out
@@ -115,7 +117,7 @@ def test_the_status_line_names_llamacpp_and_engine_names_whose_page_to_read(tmp_
 
         r = run("--engine", "llamacpp")
         assert (r.code, r.word) == (OK, "idle") and r.first.startswith("LLAMACPP OK - idle: probe answered"), r.out
-        assert srv.asked == ["/metrics", "/v1/models"], srv.asked  # the whole page at once
+        assert srv.asked == ["/metrics", "/props", "/v1/models"], srv.asked  # the whole page at once
         srv.hand_out(page("idle"))
         r = run("--engine", "llamacpp")
         assert (r.code, r.word) == (WARNING, "no metrics"), r.out

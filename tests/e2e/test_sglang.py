@@ -104,27 +104,3 @@ def test_dead_is_down_and_restarted_is_a_new_baseline(sglang: Simulator, run_che
     r = run_check("-u", sglang.url, *FAST)
     assert (r.code, r.word) == (CRITICAL, "down") and r.first.startswith("SGLANG CRITICAL - down"), r.out
     assert never_asked_health(sglang)
-
-
-def test_once_a_page_said_sglang_its_own_restricted_page_is_read(run_check):
-    """The first run asks vLLM's restricted page (the engine is not known yet); from the page it gets the check
-    knows SGLang, and from the next run on asks SGLang's own restricted page: a few samples instead of ~50 KB."""
-    from check_vllm.contract.engines import SGLANG
-    from check_vllm.server import api
-    from check_vllm.server.reading import restrictable
-    from tests.rig.pages import PageServer
-
-    busy = (PAGES / "busy_a.txt").read_text()
-    with PageServer(busy, restricted=True) as srv:
-        run_check("-u", srv.url, *FAST)
-        assert srv.asked[0] == api.RESTRICTED, srv.asked
-        srv.hand_out((PAGES / "busy_b.txt").read_text())
-        time.sleep(0.4)
-        r = run_check("-u", srv.url, *FAST)
-        assert r.word == "busy", r.out
-        assert srv.asked == [api.restricted_path(SGLANG)], srv.asked
-    sim = Simulator(port=0, flavour="sglang", sglang=OPTIONS, scenario="busy").start()
-    try:
-        assert len(sim.metrics_text(sorted(restrictable(SGLANG)))) * 10 < len(sim.metrics_text())
-    finally:
-        sim.stop()

@@ -26,6 +26,13 @@ COMPLETION = json.dumps({"object": "text_completion", "model": "tiny-llama", "ch
 LLAMA_CPP = REAL / "llamacpp"
 
 
+#: What llama-server b11434 answers GET /metrics without --metrics (tools/server/server-context.cpp, get_metrics;
+#: the error's JSON as format_error_response shapes it): HTTP 501.
+METRICS_OFF = (501, json.dumps({"error": {
+    "code": 501, "message": "This server does not support metrics endpoint. Start it with `--metrics`",
+    "type": "not_supported_error"}}).encode())
+
+
 def page(name: str, release: str = "0.32.0") -> str:
     return (DIRS[release] / f"{name}.txt").read_text()
 
@@ -48,6 +55,10 @@ class PageServer(ThreadingHTTPServer):
         self.asked: list[str] = []
         #: Headers sent with each /metrics page (llama.cpp's Process-Start-Time-Unix, say).
         self.headers: dict[str, str] = {}
+        #: (status, body) /metrics answers instead of a page: llama.cpp's 501 without --metrics (METRICS_OFF).
+        self.metrics_off: tuple[int, bytes] | None = None
+        #: What GET /props answers (llama.cpp's, with `is_sleeping`); None: 404.
+        self.props: dict | None = None
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
@@ -75,7 +86,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         self.server.log.append(("GET", path))
-        if path == "/metrics":
+        if path == "/metrics" and self.server.metrics_off is not None:
+            self._send(self.server.metrics_off[1], "application/json; charset=utf-8", status=self.server.metrics_off[0])
+        elif path == "/props" and self.server.props is not None:
+            self._send(json.dumps(self.server.props).encode(), "application/json")
+        elif path == "/metrics":
             q = self.server.queue
             self._send((q.pop(0) if len(q) > 1 else q[0]).encode(), "text/plain; version=0.0.4; charset=utf-8",
                        self.server.headers)
@@ -89,8 +104,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self._send(COMPLETION, "application/json")
 
-    def _send(self, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
-        self.send_response(200)
+    def _send(self, body: bytes, ctype: str, headers: dict[str, str] | None = None, status: int = 200) -> None:
+        self.send_response(status)
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.send_header("Content-Type", ctype)
