@@ -222,19 +222,15 @@ def _sequence(step: Step, memory: Memory) -> Observation:
 
 
 def _let_sleep(calls: Calls, verdict: Verdict) -> Verdict:
-    """Before an idle probe, of an engine whose server sleeps when idle: its own word (a cached route, no task),
-    then its command line on this host; either spares it the probe (check_vllm.judge.quiet.let_sleep)."""
-    engine = calls.engine
-    if not engine.routes.asleep and not engine.sleep_flag:
-        return verdict
+    """Before an idle probe of a server that sleeps when idle: its own word (a cached route, no task), else its
+    command line on this host; either spares it the probe (check_vllm.judge.quiet.let_sleep)."""
+    row = calls.engine
+    said = held.asleep(calls.client, calls.endpoint, row.routes.asleep, calls.left(None)) if row.routes.asleep else None
+    if said or not row.sleep_flag:
+        return let_sleep(verdict, said, None, calls.now())
     from check_vllm.server import host
 
-    said = None
-    if engine.routes.asleep:
-        calls.doing(f"GET {engine.routes.asleep}")
-        said = held.asleep(calls.client, calls.endpoint, engine.routes.asleep, calls.left(None))
-    after = host.idle_sleep(calls.endpoint.url, calls.options) if not said and engine.sleep_flag else None
-    return let_sleep(verdict, said, after, calls.now())
+    return let_sleep(verdict, said, host.idle_sleep(calls.endpoint.url, calls.options), calls.now())
 
 
 def _explained(calls: Calls, verdict: Verdict, got: Reading, settings: Settings) -> Verdict:

@@ -77,6 +77,9 @@ class Engine(NamedTuple):
     #: progress proves nothing: the idle probe tells idle from hung. Progress is proof of work.
     lagging_gauges: bool = False
     routes: Routes = Routes()
+    #: Its samples the reader reads beyond `samples` (sleep state, start time, waiting by reason, weight updates):
+    #: asked on its restricted page too.
+    also: frozenset[str] = frozenset()
     #: The server flag that turns its /metrics on ("": always on), named when it is off.
     metrics_flag: str = ""
     #: Significant digits its page prints a value with (0: exact): a counter at or past 10**digits may not move
@@ -109,6 +112,8 @@ VLLM = Engine(
     engine_label="engine", work="vllm:num_requests_running/waiting",
     serves=("vllm",), modules=("vllm.entrypoints.openai.api_server",), summed=frozenset({"finished"}),
     config_flag="--config",
+    also=frozenset({"vllm:engine_sleep_state", "process_start_time_seconds", "vllm:num_requests_waiting_by_reason",
+                    "vllm:rl_weight_update_operations_in_flight"}),
     routes=Routes(
         metrics_filter=True,
         paused="/is_paused",  # >= 0.32 with VLLM_SERVER_DEV_MODE=1
@@ -177,6 +182,8 @@ SGLANG = Engine(
 
 #: Every engine, the first the default where a page says nothing.
 ENGINES = (VLLM, LLAMA_CPP, SGLANG)
+#: The engine of a page that carries no other row's families.
+DEFAULT = ENGINES[0]
 #: Each row by its key.
 BY_KEY: Mapping[str, Engine] = MappingProxyType({row.key: row for row in ENGINES})
 #: What --engine takes besides the keys: the page says.

@@ -56,11 +56,11 @@ class Option(NamedTuple):
 SERVER, DECISION, IDLE_PROBE, PROCESS, READING, STATE = ("server", "decision", "idle probe", "server process",
                                                          "reading", "state")
 #: The server-process group's title: where its defaults come from.
-PROCESS_TITLE = ("server process (on the vLLM host; default: the vLLM API server process whose command line, or "
-                 "--config file, serves the URL's port, when the URL's host is this host)")
+PROCESS_TITLE = ("server process (on the server's host; default: the engine server process whose command line, "
+                 "environment or config file serves the URL's port, when the URL's host is this host)")
 
 ROWS: tuple[Option, ...] = (
-    Option("--url", TEXT, SERVER, "the vLLM server's base URL (default: %(default)s)", _EVERY,
+    Option("--url", TEXT, SERVER, "the server's base URL (default: %(default)s)", _EVERY,
            default=DEFAULT_URL, short="-u"),
     Option("--api-key-file", TEXT, SERVER, "file holding the API key on its first line (else $VLLM_API_KEY); a "
            "leading UTF-8 BOM and surrounding white space are ignored, an empty file is an error", _JUDGES,
@@ -113,11 +113,11 @@ ROWS: tuple[Option, ...] = (
            "container, a proxy in front, /proc mounted hidepid)", _EVERY, metavar="FILE", field="pid_file"),
     Option("--pid-command", TEXT, PROCESS, "a command that prints the server's pid, e.g. 'supervisorctl pid vllm' "
            "or 'systemctl show -p MainPID --value vllm'", _EVERY, metavar="CMD", field="pid_command"),
-    Option("--server-port", INT, PROCESS, "the port vLLM listens on when the URL's port is a proxy's on this host "
+    Option("--server-port", INT, PROCESS, "the port the server listens on when the URL's port is a proxy's on this host "
            "(nginx for TLS or auth): its process is the witness", _EVERY, low=1, high=65535, metavar="PORT",
            field="server_port"),
-    Option("--server-user", TEXT, PROCESS, "the user vLLM runs as: only this user's processes, and their --config "
-           "files, are believed (any user's otherwise: another local user could then make the host unable to "
+    Option("--server-user", TEXT, PROCESS, "the user the server runs as: only this user's processes, and their "
+           "config files, are believed (any user's otherwise: another local user could then make the host unable to "
            "tell)", _EVERY, metavar="USER", field="server_user"),
     Option("--start-grace", FLOAT, PROCESS, "a server that is not serving yet while its process is younger than S "
            "seconds (seen from another host: S seconds after check_vllm_restart restarted it) is starting "

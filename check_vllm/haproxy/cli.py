@@ -39,7 +39,7 @@ def epilog() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog=PROG, description="Answer HAProxy's agent-check for a vLLM backend: drain at a first sign, "
+    p = Parser(prog=PROG, description="Answer HAProxy's agent-check for an LLM backend (vLLM, llama.cpp, SGLang): drain at a first sign, "
                "down only on proof.", epilog=epilog(),
                formatter_class=argparse.RawDescriptionHelpFormatter)
     option_table.add(p.add_argument_group("backend"), AGENT, option_table.SERVER)

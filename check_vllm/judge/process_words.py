@@ -37,13 +37,13 @@ def stopping(process: ServerProcess, span: float, grace: float, detail: str) -> 
 
 
 def stopping_exited(pid: str, span: float, grace: float, detail: str) -> str:
-    return (f"vLLM process {pid} served, stopped and exited, no new process yet; refusing for {seconds(span)} "
+    return (f"server process {pid} served, stopped and exited, no new process yet; refusing for {seconds(span)} "
             f"(grace {seconds(grace)}; {detail})")
 
 
 
 def gone_look_again(detail: str) -> str:
-    return (f"nothing listens and no vLLM process here, right after it served: a restart between its stop and its "
+    return (f"nothing listens and no engine server process here, right after it served: a restart between its stop and its "
             f"start? looking again ({detail})")
 
 
@@ -55,7 +55,7 @@ def stopped_too_long(process: ServerProcess, span: float, grace: float, detail: 
 
 
 def crash_loop(count: float, span: float, process: ServerProcess, detail: str) -> str:
-    return (f"crash loop: {count:g} vLLM processes started in {seconds(span)}, none has served "
+    return (f"crash loop: {count:g} server processes started in {seconds(span)}, none has served "
             f"(newest {process.pid}; {detail})")
 
 

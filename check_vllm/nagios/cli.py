@@ -50,7 +50,7 @@ def epilog() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog=PROG, description="Tell a busy vLLM server from a stuck one, without using its request slots.",
+    p = Parser(prog=PROG, description="Tell a busy LLM server (vLLM, llama.cpp, SGLang) from a stuck one, without using its request slots.",
                 epilog=epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     c = p.add_argument_group(option_table.SERVER)
     option_table.add(c, CHECK, option_table.SERVER)

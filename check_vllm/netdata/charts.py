@@ -57,20 +57,20 @@ def word_id(word: str) -> str:
 
 
 CHARTS: tuple[Chart, ...] = (
-    Chart("state", "vLLM verdict (1 = the current verdict, as check_vllm words it)", "state", "health", "line",
+    Chart("state", "LLM server verdict (1 = the current verdict, as check_vllm words it)", "state", "health", "line",
           tuple(Dim(word_id(w), w) for w in WORDS), needs_metrics=False),
-    Chart("requests", "vLLM requests", "requests", "requests", "line",
+    Chart("requests", "LLM server requests", "requests", "requests", "line",
           (Dim("running", "running", field="running"), Dim("waiting", "waiting", field="waiting")), per_engine=True),
-    Chart("tokens", "vLLM tokens processed", "tokens/s", "throughput", "line",
+    Chart("tokens", "LLM server tokens processed", "tokens/s", "throughput", "line",
           (Dim("prompt", "prompt", "incremental", field="prompt_tokens"),
            Dim("generation", "generation", "incremental", field="generation_tokens")), per_engine=True),
-    Chart("steps", "vLLM engine steps that emitted output", "steps/s", "throughput", "line",
+    Chart("steps", "LLM server engine steps that emitted output", "steps/s", "throughput", "line",
           (Dim("steps", "steps", "incremental", field="steps"),), per_engine=True),
-    Chart("kv_cache", "vLLM KV-cache usage (the fullest engine)", "percentage", "cache", "line",
+    Chart("kv_cache", "LLM server KV-cache usage (the fullest engine)", "percentage", "cache", "line",
           (Dim("kv_cache", "usage", divisor=1000, field="kv_cache"),), per_engine=True),
-    Chart("probe", "vLLM idle probe latency (a 1-token completion, only sent when idle)", "seconds", "health",
+    Chart("probe", "LLM server idle probe latency (a 1-token completion, only sent when idle)", "seconds", "health",
           "line", (Dim("latency", "latency", divisor=1000),), needs_probe=True),
-    Chart("stalled", "vLLM time without progress while work is present", "seconds", "health", "line",
+    Chart("stalled", "LLM server time without progress while work is present", "seconds", "health", "line",
           (Dim("stalled", "stalled", divisor=1000),), needs_metrics=False),
 )
 

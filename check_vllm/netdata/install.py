@@ -24,7 +24,7 @@ def launcher(python: str = sys.executable) -> str:
     path_line = "" if installed else f"sys.path.insert(0, {str(root)!r})  # a source checkout\n"
     return (
         f"#!{python}\n"
-        "# vllm.plugin: Netdata external plugin for vLLM servers (check_vllm.netdata).\n"
+        "# vllm.plugin: Netdata external plugin for LLM servers (vLLM, llama.cpp, SGLang) (check_vllm.netdata).\n"
         "# Written by `python -m check_vllm.netdata.install`; the interpreter above is pinned on purpose.\n"
         "import sys\n"
         f"{path_line}"

@@ -26,7 +26,7 @@ def parser() -> argparse.ArgumentParser:
     p = Parser(
         prog=PROG,
         usage=f"{PROG} --state STATE --state-type TYPE [--attempt N] --url URL [options] -- COMMAND [ARG ...]",
-        description="Restart a vLLM server, only when check_vllm's own state proves it stuck or down. "
+        description="Restart an LLM server (vLLM, llama.cpp, SGLang), only when check_vllm's own state proves it stuck or down. "
                     "Call it as the event handler of the service that runs check_vllm.",
         epilog="It restarts only for a CRITICAL HARD state whose check_vllm verdict (read from the state file) is "
                "stuck, down or unresponsive, fresh, and newer than the last restart; never within the cooldown, "

@@ -146,7 +146,7 @@ def by_command_line(port: int, server_port: int | None = None, user: int | None 
         return Witness(found)
     holder = "" if server_port else procfs.holder(port, is_api_server)
     if holder:
-        return _behind(f"port {port} is held by {holder}, not vLLM", servers, untold, elsewhere, user, status)
+        return _behind(f"port {port} is held by {holder}, not an engine's server", servers, untold, elsewhere, user, status)
     why = blind(untold + elsewhere)
     return Witness(error=f"{why}: no proof there is none ({ADVICE})") if why else Witness()
 
@@ -168,10 +168,10 @@ def _behind(held: str, servers: dict[int, list[int]], untold: list[str], elsewhe
         return Witness(error=f"{held}; {blind(untold + elsewhere)}: no proof there is none ({ADVICE})")
     if len(servers) > 1:
         ports = ", ".join(map(str, sorted(servers)))
-        return Witness(error=f"{held}, and this user's vLLM API servers here serve ports {ports}: name the one "
+        return Witness(error=f"{held}, and this user's engine servers here serve ports {ports}: name the one "
                              "behind it with --server-port")
     for served, pids in servers.items():
-        found = _oldest(pids, f"command line: the one vLLM API server of its user here, port {served}, "
+        found = _oldest(pids, f"command line: the one engine server of its user here, port {served}, "
                               f"behind the URL's: {held}")
         if found is not None:
             return Witness(found)

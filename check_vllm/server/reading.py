@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
-from check_vllm.contract.engines import BY_KEY, ENGINES, ROW_OF, VLLM, Engine
+from check_vllm.contract.engines import BY_KEY, DEFAULT, ENGINES, ROW_OF, Engine
 from check_vllm.contract.numbers import finite
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import COUNTER_FIELDS, PROGRESS_FIELDS, EngineReading, Reading
@@ -33,19 +33,17 @@ _WEIGHTS = "vllm:rl_weight_update_operations_in_flight"
 # The sample names the check reads (a line is wanted when its name, up to `{` or ` `, is one): the parser's filter.
 WANTED = frozenset(name.split("|", 1)[0] for name in _SAMPLES) | _CREATED | set(_OWNER) | {_SLEEP, _START, _BY_REASON,
                                                                                        _WEIGHTS}
-#: vLLM's own samples besides its row's: what the reader reads of a vLLM page beyond the numbers.
-_VLLM_EXTRA = frozenset({_SLEEP, _START, _BY_REASON, _WEIGHTS})
 
 
 def restrictable(row: Engine) -> frozenset[str]:
     """The sample names the restricted page asks `row`'s server for (api.restricted_path): prometheus_client's
     `name[]` filter serves only those."""
     names = {name.split("|", 1)[0] for name in row.samples} | set(row.created) | ({row.owner[0]} - {""})
-    return frozenset(names | (_VLLM_EXTRA if row is VLLM else frozenset()))
+    return frozenset(names | row.also)
 
 
 #: vLLM's (the restricted page asked of a server whose engine is not known yet).
-RESTRICTABLE = restrictable(VLLM)
+RESTRICTABLE = restrictable(DEFAULT)
 
 
 class NotMetrics(ValueError):
@@ -85,7 +83,7 @@ def _collect(samples: list[Sample]) -> _Collected:
         if name == _WEIGHTS:
             weights = (weights or 0.0) + max(value or 0.0, 0.0)
             continue
-        row = ROW_OF.get(name, VLLM)
+        row = ROW_OF.get(name, DEFAULT)
         engine = clean(labels.get(row.engine_label, ""), 40) if row.engine_label else ""
         model = model or labels.get("model_name") or None  # protocol data: the probe asks for it as it is
         if value is None:
@@ -159,7 +157,7 @@ def _row(text: str, named: Engine | None) -> Engine:
     """The engine named, else the one whose prefix the page's samples carry (vLLM's where none does)."""
     if named is not None:
         return named
-    return next((row for row in ENGINES if row is not VLLM and _carries(text, row)), VLLM)
+    return next((row for row in ENGINES[1:] if _carries(text, row)), DEFAULT)
 
 
 def parse(text: str, named: Engine | None = None) -> Reading:

@@ -226,7 +226,7 @@ CASES = [
          runs=2, before_last="stop"),
     # ...then exited, and nothing has started in its place yet: a restart between its stop and its start
     Case("stopping-exited", "idle", ("--pid-file", "{pid_file}"), WARNING, tuple(
-        f"VLLM WARNING - stopping: vLLM process {{server_pid}} served, stopped and exited, no new process yet; "
+        f"VLLM WARNING - stopping: server process {{server_pid}} served, stopped and exited, no new process yet; "
         f"refusing for {span} (grace 120 s; connection refused ({{url}})) | " + _NO_READING
         for span in ("<N> s", "0.0 s")),
          runs=2, before_last="stop_exit"),

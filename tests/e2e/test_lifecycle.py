@@ -70,7 +70,7 @@ def test_a_crash_loop_is_down_within_three_starts(run_check, loader):
         proc.kill()
         proc.wait()
     assert seen == [("starting", 1), ("starting", 1), ("down", 2)]
-    assert norm(r.first).startswith(f"VLLM CRITICAL - down: crash loop: 3 vLLM processes started in <N>, "
+    assert norm(r.first).startswith(f"VLLM CRITICAL - down: crash loop: 3 server processes started in <N>, "
                                     f"none has served (newest {proc.pid}; connection refused")
 
 
@@ -92,7 +92,7 @@ def test_a_server_that_served_and_is_stopping_is_stopping_then_down_after_the_st
     proc.kill()
     proc.wait()
     held = run_check("-u", url, "--min-gap", "0")  # exited, nothing started yet: within 120 s the stop goes on
-    assert norm(held.first) == (f"VLLM WARNING - stopping: vLLM process {proc.pid} served, stopped and exited, "
+    assert norm(held.first) == (f"VLLM WARNING - stopping: server process {proc.pid} served, stopped and exited, "
                                 f"no new process yet; refusing for <N> (grace <N>; connection refused ({url}))"
                                 f"{PERF}")
     assert held.code == 1
@@ -208,7 +208,7 @@ def test_behind_a_proxy_on_this_host_the_check_names_it_and_how_to_witness_the_s
         blind = run_check("-u", url)
         assert blind.first.startswith("VLLM WARNING - unresponsive: /metrics answered HTTP 502"), blind.first
         prog = Path(sys.executable).name
-        assert (f"server process unknown: port {front} is held by {prog} (pid {proxy.pid}), not vLLM: name the "
+        assert (f"server process unknown: port {front} is held by {prog} (pid {proxy.pid}), not an engine's server: name the "
                 "server behind it with --server-port or --server-user") in blind.first, blind.first
         named = run_check("-u", url, "--server-port", str(back))
         assert norm(named.first).startswith(f"VLLM WARNING - starting: vLLM process {proc.pid} started <N> ago, "

@@ -134,7 +134,7 @@ def test_behind_a_local_proxy_the_one_vllm_of_the_servers_user_witnesses_its_loa
     proc = ns.loader(back)
     r = ns.check(tmp_path / "s1", "--server-user", "root")
     assert (r.code, r.word) == (1, "starting"), r.first
-    assert r.status.startswith(f"starting: vLLM process {proc.pid} (from its command line: the one vLLM API server "
+    assert r.status.startswith(f"starting: vLLM process {proc.pid} (from its command line: the one engine server "
                                f"of its user here, port {back}, behind the URL's: port {ns.front} is held by "), r.first
     assert "not serving yet" in r.status, r.first
 
@@ -145,7 +145,7 @@ def test_behind_a_local_proxy_two_servers_of_the_user_are_named_not_guessed(ns: 
         ns.loader(port)
     r = ns.check(tmp_path / "s2", "--server-user", "root")
     assert (r.code, r.word) == (1, "unresponsive"), r.first
-    assert (f"this user's vLLM API servers here serve ports {ports[0]}, {ports[1]}: name the one behind it with "
+    assert (f"this user's engine servers here serve ports {ports[0]}, {ports[1]}: name the one behind it with "
             "--server-port") in r.status, r.first
     named = ns.check(tmp_path / "s3", "--server-port", str(ports[1]))
     assert named.word == "starting" and f"vLLM process {ns.loaders[1].pid} started" in named.status, named.first

@@ -11,7 +11,16 @@ import pytest
 from check_vllm.contract.defaults import Settings
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import NO_PROCESS, Memory, Stopping
-from check_vllm.contract.values import EngineReading, Evidence, Failure, Reading, ServerProcess, Witness
+from check_vllm.contract.values import (
+    MODELS_ANSWERED,
+    MODELS_OK,
+    EngineReading,
+    Evidence,
+    Failure,
+    Reading,
+    ServerProcess,
+    Witness,
+)
 from check_vllm.contract.vocab import (
     CRITICAL,
     DOWN,
@@ -112,7 +121,7 @@ def test_a_stopped_process_that_exited_is_still_stopping_until_the_next_starts_w
     gone = judge(draining.memory, 205.0, Witness())  # exited; supervisord has not spawned the next one yet
     assert (gone.word, gone.code) == (STOPPING, WARNING)
     assert gone.memory.stopping == stopping.memory.stopping._replace(gone=at(205.0))
-    assert gone.text == ("vLLM process 1234 served, stopped and exited, no new process yet; refusing for 75 s "
+    assert gone.text == ("server process 1234 served, stopped and exited, no new process yet; refusing for 75 s "
                          "(grace 120 s; connection refused)")
     still = judge(gone.memory, 205.0 + S.respawn_grace, Witness())  # the gap counts from the first look
     assert (still.word, still.code) == (STOPPING, WARNING)
@@ -255,7 +264,7 @@ def test_a_crash_loop_is_down_naming_the_count_and_the_span():
         memory = v.memory
         verdicts.append((v.word, v.code))
     assert verdicts == [(STARTING, WARNING), (STARTING, WARNING), (DOWN, CRITICAL)]
-    assert v.text.startswith("crash loop: 3 vLLM processes started in 65 s, none has served (newest 1002")
+    assert v.text.startswith("crash loop: 3 server processes started in 65 s, none has served (newest 1002")
 
 
 def test_a_reading_ends_the_count_of_starts():
@@ -363,3 +372,20 @@ def test_a_repeat_of_a_saved_idle_is_ok_whatever_state_the_file_claims():
     doc["verdict"]["state"] = CRITICAL  # a hand-edited or foreign file
     again = assess(codec.from_json(doc), reading(running=0.0), S, at(1.0))  # within --min-gap: a repeat
     assert (again.word, again.code) == ("idle", OK)
+
+
+@pytest.mark.parametrize("models", [MODELS_OK, MODELS_ANSWERED])
+def test_metrics_off_on_a_server_whose_models_answer_is_never_starting_or_down(models):
+    """llama.cpp's and SGLang's default: /metrics off (501, 404) while /v1/models answers. The server serves, so its
+    process's age says nothing: `no metrics` WARNING, never `down` after the start grace (a restart every start)."""
+    off = Failure(NO_METRICS, "/metrics answered HTTP 501 (llama.cpp serves it only with --metrics)", models=models)
+    for t in (35.0, 901.0, 86_400.0):
+        v = judge(Memory(), t, proc(1234, 0.0), off)
+        assert (v.word, v.code) == (NO_METRICS, WARNING), (t, v.text)
+        assert "--metrics" in v.text
+
+
+def test_metrics_off_while_models_fail_too_is_still_the_witness_s_to_explain():
+    """Loading (llama.cpp answers every route 503 then): the process's age still tells starting from down."""
+    loading = Failure(NO_METRICS, "/metrics answered HTTP 404", models=UNRESPONSIVE)
+    assert judge(Memory(), 35.0, proc(1234, 0.0), loading).word == STARTING
