@@ -99,6 +99,8 @@ def _engine(run: Run, verdict: Verdict) -> str:
     """--engine's, else the newest reading's (a server that stopped serving is still the engine it was)."""
     if run.options.engine != AUTO:
         return run.options.engine
+    if verdict.engine:  # a run without a reading whose evidence named it
+        return verdict.engine
     base = verdict.memory.baseline
     return base.reading.engine if base is not None else VLLM.key
 

@@ -184,8 +184,9 @@ SGLANG = Engine(
 ENGINES = (VLLM, LLAMA_CPP, SGLANG)
 #: The engine of a page that carries no other row's families.
 DEFAULT = ENGINES[0]
-#: Each row by its key.
+#: Each row by its key, and by the name the output gives it (a ServerProcess's engine).
 BY_KEY: Mapping[str, Engine] = MappingProxyType({row.key: row for row in ENGINES})
+BY_NAME: Mapping[str, Engine] = MappingProxyType({row.name: row for row in ENGINES})
 #: What --engine takes besides the keys: the page says.
 AUTO = "auto"
 #: Each sample name the rows read, with its row.

@@ -94,6 +94,8 @@ class Failure(NamedTuple):
     dead_engine: bool = False
     #: The HTTP status of a server that answered (a 5xx), None when nothing came back in time.
     status: int | None = None
+    #: The engine its answer names (llama.cpp's 501 names its --metrics): a key of BY_KEY; None when it names none.
+    engine: str | None = None
 
 
 # What GET /is_paused said (asked only on the stall path).

@@ -29,6 +29,9 @@ class Verdict(NamedTuple):
     steps_per_second: float | None = None
     stalled_seconds: float | None = None
     probe_seconds: float | None = None
+    #: Whose server it is, where a run without a reading could tell (an answer naming its engine's flag, the
+    #: host's process): a key of check_vllm.contract.engines.BY_KEY; None: the reading or the memory says.
+    engine: str | None = None
 
     @property
     def summary(self) -> str:

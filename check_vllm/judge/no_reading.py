@@ -18,6 +18,7 @@ before saw the server up.
 from __future__ import annotations
 
 from check_vllm.contract.defaults import Settings
+from check_vllm.contract.engines import BY_NAME
 from check_vllm.contract.instants import Instant, elapsed, instant, seconds_between
 from check_vllm.contract.kept import NO_PROCESS, Memory, Starts, Stopping
 from check_vllm.contract.values import MODELS_ANSWERED, MODELS_OK, Evidence, Failure, ServerProcess
@@ -211,8 +212,16 @@ def engine_died_last(memory: Memory) -> bool:
 
 
 def assess_failure(memory: Memory, evidence: Evidence, settings: Settings, now: Instant | float) -> Verdict:
-    """Judge a run in which /metrics gave no reading (or proxy mode, which never reads it), on its evidence."""
-    now = instant(now)
+    """Judge a run in which /metrics gave no reading (or proxy mode, which never reads it), on its evidence; the
+    verdict names whose server it is where the evidence tells (the answer, else the host's process)."""
+    verdict = _judge(memory, evidence, settings, instant(now))
+    process = evidence.witness.process if evidence.witness is not None else None
+    row = BY_NAME.get(process.engine) if process is not None else None
+    engine = evidence.failure.engine or (row.key if row is not None else None)
+    return verdict._replace(engine=engine) if engine else verdict
+
+
+def _judge(memory: Memory, evidence: Evidence, settings: Settings, now: Instant) -> Verdict:
     failure = evidence.failure
     saved, memory = memory.stopping, memory._replace(stopping=None)
     streaking = failure.kind == UNRESPONSIVE or (failure.kind in (PROXY, NO_METRICS) and failure.models == UNRESPONSIVE)

@@ -125,7 +125,10 @@ def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float, n
     if resp.status >= 500 and resp.status != NOT_IMPLEMENTED:
         return Failure(UNRESPONSIVE, f"/metrics answered HTTP {resp.status}", status=resp.status), True, False
     if resp.status != 200:  # 404, or llama.cpp's 501: the server answers, its metrics are off
-        return Failure(NO_METRICS, f"/metrics answered HTTP {resp.status}{_metrics_off(resp.text(), named)}"), \
+        said = _names_its_flag(resp.text())
+        row = said or named
+        off = f" ({row.name} serves it only with {row.metrics_flag})" if row and row.metrics_flag else ""
+        return Failure(NO_METRICS, f"/metrics answered HTTP {resp.status}{off}", engine=said.key if said else None), \
             True, False
     try:
         return owned(parse(resp.text(), named), resp.headers), False, resp.redirects > 0
@@ -136,12 +139,9 @@ def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float, n
         return Failure(NO_METRICS, detail), True, False
 
 
-def _metrics_off(body: str, named: Engine | None) -> str:
-    """How to turn the server's /metrics on: the flag its answer names (llama.cpp's 501 says `--metrics`), else the
-    flag of the engine --engine names; "" when neither tells."""
-    said = next((row for row in ENGINES if row.metrics_flag and f"`{row.metrics_flag}`" in body[:2000]), None)
-    row = said or named
-    return f" ({row.name} serves it only with {row.metrics_flag})" if row and row.metrics_flag else ""
+def _names_its_flag(body: str) -> Engine | None:
+    """The engine whose metrics flag an answer names (llama.cpp's 501: "Start it with `--metrics`")."""
+    return next((row for row in ENGINES if row.metrics_flag and f"`{row.metrics_flag}`" in body[:2000]), None)
 
 
 def first_model(client: httpx.Client, endpoint: Endpoint, timeout: float) -> str | None:

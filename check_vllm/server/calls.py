@@ -77,7 +77,7 @@ class Calls:
             if asked and isinstance(got, Reading):  # the URL was at fault, not the server: the whole page from now on
                 self.whole_page = instant(self.now())
         if isinstance(got, Failure) and got.kind == NO_METRICS:
-            return self.liveness(NO_METRICS, got.detail)
+            return self.liveness(NO_METRICS, got.detail)._replace(engine=got.engine)
         if isinstance(got, Reading):
             asked_for, self.engine = self.engine, BY_KEY.get(got.engine, VLLM)
             if self.engine is not asked_for:  # another engine's restricted page failed: ask its own next time

@@ -29,7 +29,8 @@ def test_llamacpp_metrics_off_is_no_metrics_naming_the_flag_never_restartable(ru
         for r in runs:
             time.sleep(0.6)
             assert (r.code, r.word) == (WARNING, "no metrics"), r.out
-            assert "HTTP 501" in r.status and "llama.cpp serves it only with --metrics" in r.status, r.out
+            assert r.first.startswith("LLAMACPP WARNING - no metrics: /metrics answered HTTP 501 (llama.cpp serves "
+                                      "it only with --metrics)"), r.out
             assert "/v1/models lists tiny-llama" in r.status, r.out
         assert _posts(srv) == []
 

@@ -111,7 +111,8 @@ def test_metrics_off_is_no_metrics_naming_the_flag_never_critical_never_restarte
     page = srv.get("/metrics")
     assert page.status_code == 501 and "--metrics" in page.json()["error"]["message"], page.text
     kept: list[str] = []
-    for engine, label in ((), "VLLM"), (("--engine", "llamacpp"), "LLAMACPP"):
+    # auto: its 501 names llama.cpp's flag, so the status line names llama.cpp too
+    for engine, label in ((), "LLAMACPP"), (("--engine", "llamacpp"), "LLAMACPP"):
         state = tmp_path / f"state-{label}"
         run = real_runner(state)
         seen: list[tuple[float, Result]] = []
@@ -287,7 +288,7 @@ def test_port_from_llama_arg_port_loading_is_starting_never_down(llama, check: C
     loading = [r for _, r in seen if r.code != OK]
     # the host's witness found THIS process, its port told by LLAMA_ARG_PORT in its environment only
     assert all((r.code, r.word) == (WARNING, "starting") and f"llama.cpp process {srv.pid} started" in r.status
-               for r in loading), shown
+               and r.first.startswith("LLAMACPP WARNING - starting: ") for r in loading), shown
     assert all("connection refused" in r.status for _, r in seen[:2]), shown
     assert all("/metrics answered HTTP 503" in r.status for _, r in seen[2:5]), shown
     assert seen[-1][1].first.startswith("LLAMACPP OK - "), shown
