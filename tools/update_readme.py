@@ -287,6 +287,8 @@ def engine_row(key: str) -> str:
     asks += [f"`{path}` (a stall: held for recovery?)" for path in r.faults]
     asks += [f"`{path}` (with `{r.paused}` 503: healthy, so paused rather than failed?)" for path in (r.healthy,) if path]
     asks += [f"`{path}` (before an idle probe: asleep? a probe would wake it)" for path in (r.asleep,) if path]
+    asks += [f"`{path}` (work present and the counters printed too coarsely: the slots' exact counts)"
+             for path in (r.slots,) if path]
     witness = ", ".join([*(f"`{p}`" for p in row.programs), *(f"`{c} serve`" for c in row.serves),
                          *(f"`python -m {m}`" for m in row.modules)])
     lines = ["| | |", "|---|---|", f"| status line | `{row.label} OK - ...` |", f"| `--engine` | `{row.key}` |",
@@ -298,9 +300,18 @@ def engine_row(key: str) -> str:
              f"| never asked | {', '.join(f'`{p}`' for p in r.never) or 'anything not listed above'} |",
              f"| its process, for the host's witness | {witness}, port {row.default_port} unless {_port_from(row)} |",
              f"| metrics off | {f'`{row.metrics_flag}` turns `/metrics` on; without it: `no metrics` (WARNING, never restarted), liveness from `/v1/models`' if row.metrics_flag else 'always served'} |",
-             f"| values printed | {f'{row.counter_digits} significant digits: a counter past 10^{row.counter_digits} is not read (progress cannot be told from it, never stuck)' if row.counter_digits else 'exact'} |",
+             f"| values printed | {_printed(row)} |",
              *([f"| sleep | `{row.sleep_flag}`: an idle server is not probed (asleep, or sleeping soon) |"] if row.sleep_flag else [])]
     return "\n".join(lines) + "\n"
+
+
+def _printed(row) -> str:
+    """How exactly its page prints a value, and what the check reads instead where it rounds."""
+    if not row.counter_digits:
+        return "exact"
+    instead = f"`{row.routes.slots}` tells progress instead (work present)" if row.routes.slots else \
+        "progress cannot be told from it, never stuck"
+    return f"{row.counter_digits} significant digits: a counter past 10^{row.counter_digits} is not read; {instead}"
 
 
 def _port_from(row) -> str:

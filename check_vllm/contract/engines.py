@@ -36,6 +36,9 @@ class Routes(NamedTuple):
     #: Says whether the server sleeps (unloaded its model when idle, reloads it on the next request): a JSON
     #: `is_sleeping` answered from a cache, no task (llama.cpp's /props). Asked before an idle probe only.
     asleep: str = ""
+    #: Each slot's task and tokens, exact (llama.cpp's /slots: a task of its queue, like /metrics): asked only when
+    #: its page printed the progress counters too coarsely while work is present.
+    slots: str = ""
 
 
 class Engine(NamedTuple):
@@ -149,7 +152,7 @@ LLAMA_CPP = Engine(
     # LLAMA_ARG_ENDPOINT_METRICS, else /metrics answers 501; --sleep-idle-seconds has no environment variable.
     # tools/server/server-context.cpp: values printed with std::to_string-free ostream defaults, 6 digits.
     metrics_flag="--metrics", counter_digits=6, port_env="LLAMA_ARG_PORT", sleep_flag="--sleep-idle-seconds",
-    routes=Routes(asleep="/props"),
+    routes=Routes(asleep="/props", slots="/slots"),
 )
 
 #: SGLang 0.5.23 with --enable-metrics, read from its source (tests/fixtures/source/sglang-0.5.23/README.md names

@@ -13,7 +13,10 @@ from typing import NamedTuple
 from check_vllm.contract.instants import Instant
 
 #: The signals whose movement between two readings proves the engine did work.
-PROGRESS_FIELDS = ("steps", "step_tokens", "generation_tokens", "prompt_tokens", "finished", "kv_cache")
+PROGRESS_FIELDS = ("steps", "step_tokens", "generation_tokens", "prompt_tokens", "finished", "kv_cache", "slots")
+#: Progress signals that are no counters: any change while work is present is progress (the KV cache's use; a mark
+#: of the slots' tasks and tokens).
+CHANGING_FIELDS = ("kv_cache", "slots")
 #: Counters: they only grow within one process; going backwards means a new process.
 COUNTER_FIELDS = ("steps", "step_tokens", "generation_tokens", "prompt_tokens", "finished", "preemptions")
 
@@ -45,6 +48,9 @@ class EngineReading(NamedTuple):
     #: Which counters its page printed too coarsely to show a stall (dropped: progress cannot be told from them),
     #: as the words say it; None where every value is exact.
     coarse: str | None = None
+    #: A mark of its slots' progress (llama.cpp's GET /slots: each slot's task and tokens, exact), read only when its
+    #: page printed its counters too coarsely while work is present: it changes with every step.
+    slots: float | None = None
 
     @property
     def work(self) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from check_vllm.contract.kept import Footprint
-from check_vllm.contract.values import COUNTER_FIELDS, PROGRESS_FIELDS, EngineReading, Reading
+from check_vllm.contract.values import CHANGING_FIELDS, COUNTER_FIELDS, PROGRESS_FIELDS, EngineReading, Reading
 
 #: Seconds two process_start_time_seconds may differ and still name one process (the float's rounding).
 START_TOLERANCE = 0.01
@@ -96,7 +96,7 @@ def progressed(p: EngineReading, c: EngineReading, allowed: dict[str, float]) ->
         a, b = getattr(p, f), getattr(c, f)
         if a is None or b is None:
             continue
-        if f == "kv_cache":
+        if f in CHANGING_FIELDS:
             if abs(b - a) > 1e-9 and (c.work > 0 or p.work > 0):
                 return True
         elif b - a > allowed.get(f, 0.0) + 1e-9:
@@ -111,7 +111,8 @@ def comparable(p: EngineReading, c: EngineReading) -> bool:
 
 def counted(p: EngineReading, c: EngineReading) -> bool:
     """Is a counter present in both readings? An idle engine's work shows only in its counters."""
-    return any(getattr(p, f) is not None and getattr(c, f) is not None for f in PROGRESS_FIELDS if f != "kv_cache")
+    return any(getattr(p, f) is not None and getattr(c, f) is not None for f in PROGRESS_FIELDS
+               if f not in CHANGING_FIELDS)
 
 
 def moved_engines(prev: Reading, cur: Reading, allowed: dict[str, float]) -> list[str]:

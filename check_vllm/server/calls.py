@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from types import MappingProxyType
 
 import httpx
 
@@ -20,7 +21,7 @@ from check_vllm.contract.engines import AUTO, BY_KEY, VLLM, Engine
 from check_vllm.contract.instants import Instant, elapsed, instant
 from check_vllm.contract.values import ENGINE_DEAD, NO_ANSWER, REJECTED, Failure, ProbeOutcome, Reading
 from check_vllm.contract.vocab import NO_METRICS
-from check_vllm.server import api
+from check_vllm.server import api, slots
 from check_vllm.server.fetch import Endpoint
 from check_vllm.server.fetch_errors import FetchError
 
@@ -84,7 +85,22 @@ class Calls:
                 self.whole_page = None
             if not self.engine.routes.metrics_filter:  # an engine that has none: never asked while it serves
                 self.whole_page = instant(self.now())
+            got = self._exact(got)
         return got
+
+    def _exact(self, got: Reading) -> Reading:
+        """A page whose progress counters printed too coarsely while work is present: the slots' exact mark, where
+        its engine has such a route (one engine a page: llama.cpp's), stands in for them."""
+        route = self.engine.routes.slots
+        coarse = [name for name, e in got.engines.items() if e.coarse and e.work > 0]
+        if not route or len(got.engines) != 1 or not coarse:
+            return got
+        self.doing(f"GET {route}")
+        seen = slots.mark(self.client, self.endpoint, route, self.left(self.options.metrics_timeout))
+        if seen is None:
+            return got
+        return got._replace(engines=MappingProxyType({coarse[0]: got.engines[coarse[0]]._replace(slots=seen,
+                                                                                               coarse=None)}))
 
     def liveness(self, kind: str, detail: str) -> Failure:
         self.doing("GET /v1/models")

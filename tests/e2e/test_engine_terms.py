@@ -5,10 +5,11 @@ a wasted probe before."""
 
 from __future__ import annotations
 
+import json
 import time
 
-from check_vllm.contract.vocab import OK, WARNING
-from tests.rig.pages import METRICS_OFF, PageServer, llamacpp_page
+from check_vllm.contract.vocab import CRITICAL, OK, WARNING
+from tests.rig.pages import LLAMA_CPP, METRICS_OFF, PageServer, llamacpp_page
 from tests.rig.scripts import FAST
 from vllm_simulator import Simulator
 from vllm_simulator.sglang_engine import SglangOptions
@@ -196,6 +197,35 @@ def test_llamacpp_exact_counters_below_a_million_still_prove_a_stall(run_check):
             words.append(run_check(*args).word)
             time.sleep(0.6)
         assert words[-1] == "stuck", words
+
+
+def _slots(decoded: int) -> list[dict]:
+    """The real /slots of two busy slots (tests/fixtures/real/llamacpp/slots.json), their decodes set to `decoded`."""
+    doc = json.loads((LLAMA_CPP / "slots.json").read_text())
+    for i, slot in enumerate(doc):
+        slot["next_token"][0]["n_decoded"] = decoded + i
+    return doc
+
+
+def test_llamacpp_rounded_counters_are_read_through_the_slots_exact_counts(run_check):
+    """Where the page rounds, /slots (exact, asked only with work present) tells: moving slots are busy, frozen
+    ones are proven stuck as any stall, so a long-lived llama.cpp keeps its hang detection."""
+    page = _rounded(llamacpp_page("busy-1"), "1.23457e+09", "4.56789e+10")
+    with PageServer(page) as srv:
+        srv.headers = {"Process-Start-Time-Unix": "17620682383"}
+        args = ("-u", srv.url, *FAST, "--stuck-seconds", "1", "--stuck-readings", "2")
+        seen = []
+        for n in range(3):
+            srv.slots = _slots(10_000 + 7 * n)
+            seen.append(run_check(*args))
+            time.sleep(0.6)
+        assert [r.word for r in seen[1:]] == ["busy", "busy"], [r.first for r in seen]
+        assert "progress cannot be told" not in seen[-1].status, seen[-1].out
+        for _ in range(4):  # the decode loop stops: /metrics and /slots answer, nothing moves
+            seen.append(run_check(*args))
+            time.sleep(0.6)
+        assert seen[-1].word == "stuck" and seen[-1].code == CRITICAL, [r.first for r in seen]
+        assert ("GET", "/slots") in srv.log and _posts(srv) == []
 
 
 def test_sglang_restart_whose_counters_are_gone_is_restarted(run_check):

@@ -59,6 +59,8 @@ class PageServer(ThreadingHTTPServer):
         self.metrics_off: tuple[int, bytes] | None = None
         #: What GET /props answers (llama.cpp's, with `is_sleeping`); None: 404.
         self.props: dict | None = None
+        #: What GET /slots answers (llama.cpp's slot list); None: 404.
+        self.slots: list | None = None
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
@@ -90,6 +92,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(self.server.metrics_off[1], "application/json; charset=utf-8", status=self.server.metrics_off[0])
         elif path == "/props" and self.server.props is not None:
             self._send(json.dumps(self.server.props).encode(), "application/json")
+        elif path == "/slots" and self.server.slots is not None:
+            self._send(json.dumps(self.server.slots).encode(), "application/json")
         elif path == "/metrics":
             q = self.server.queue
             self._send((q.pop(0) if len(q) > 1 else q[0]).encode(), "text/plain; version=0.0.4; charset=utf-8",
