@@ -20,11 +20,14 @@ SHELL = "/bin/sh"
 SCRIPT = Path(__file__).resolve().parents[2] / "contrib" / "docker" / "restart-unhealthy"
 
 #: $DIR/unhealthy: one "ID NAME" a line, the containers unhealthy now; $DIR/events: the lines the first `docker
-#: events` prints before its stream ends (later ones block, as a quiet stream does); every call is logged.
+#: events` prints before its stream ends (later ones block, as a quiet stream does); every call is logged. As the
+#: real client does, `ps` prints an ID cut to 12 hex digits unless --no-trunc (docker/cli's formatter
+#: TruncateID), while `events` prints the full 64 of .Actor.ID.
 FAKE = """#!/bin/sh
 echo "$*" >> "$DIR/calls"
 case "$1" in
-  ps) while read -r id name; do echo "$id $name unhealthy-now"; done < "$DIR/unhealthy" ;;
+  ps) case " $* " in *" --no-trunc "*) cut=64 ;; *) cut=12 ;; esac
+      while read -r id name; do echo "$(echo "$id" | cut -c1-$cut) $name unhealthy-now"; done < "$DIR/unhealthy" ;;
   inspect) id=$(eval echo \\${$#}); grep -q "^$id " "$DIR/unhealthy" && echo unhealthy || echo healthy ;;
   events) if [ ! -e "$DIR/events.done" ]; then : > "$DIR/events.done"; cat "$DIR/events"; exit 0; fi
           exec sleep 60 ;;
@@ -137,3 +140,27 @@ def test_a_state_directory_of_someone_else_is_refused(tmp_path):
     done = subprocess.run([SHELL, str(SCRIPT)], env={**os.environ, "STATE_DIR": str(tmp_path / "state")},
                           capture_output=True, text=True, timeout=10)
     assert done.returncode == 2 and "refusing STATE_DIR" in done.stderr, done
+
+
+FULL = "4f3c2b1a0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b"
+
+
+@pytest.mark.parametrize("first", ["sweep", "event"])
+def test_one_container_is_one_name_whichever_path_saw_it(restarter, first):
+    """`docker ps` cuts IDs to 12 digits, events carry all 64: kept under two names, a container the sweep
+    restarted that an event reports unhealthy again was restarted at once, cooldown or not (and the reverse).
+    One name (the full ID) for both: one restart within the cooldown."""
+    event = f"{FULL} vllm health_status: unhealthy\n"
+    r = restarter(30, unhealthy=f"{FULL} vllm\n" if first == "sweep" else "",
+                  events=event if first == "event" else "")
+    wait_for("the first restart", lambda: r.restarts(), 10)
+    (r.dir / "events").write_text(event)  # the other path sees it too: an event after the sweep ...
+    (r.dir / "events.done").unlink(missing_ok=True)
+    (r.dir / "unhealthy").write_text(f"{FULL} vllm\n")  # ... and a sweep after the event (the stream ends)
+    wait_for("the other path to look", lambda: sum(c.startswith("ps ") for c in r.calls()) >= 2
+             and sum(c.startswith("events ") for c in r.calls()) >= 2, 10)
+    time.sleep(1.0)
+    out = r.stop()
+    assert r.restarts() == [FULL], out
+    assert "within the cooldown" in out, out
+    assert all("--no-trunc" in c for c in r.calls() if c.startswith("ps ")), r.calls()
