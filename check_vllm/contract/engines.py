@@ -116,7 +116,7 @@ VLLM = Engine(
     serves=("vllm",), modules=("vllm.entrypoints.openai.api_server",), summed=frozenset({"finished"}),
     config_flag="--config",
     also=frozenset({"vllm:engine_sleep_state", "process_start_time_seconds", "vllm:num_requests_waiting_by_reason",
-                    "vllm:rl_weight_update_operations_in_flight"}),
+                    "vllm:rl_weight_update_operations_in_flight", "vllm:rl_weight_update_operations_total"}),
     routes=Routes(
         metrics_filter=True,
         paused="/is_paused",  # >= 0.32 with VLLM_SERVER_DEV_MODE=1

@@ -73,6 +73,9 @@ class Reading(NamedTuple):
     weight_updates: float | None = None
     #: Which engine's page it is: the key of its row (check_vllm.contract.engines).
     engine: str = "vllm"
+    #: Weight-update operations finished (vllm:rl_weight_update_operations_total, summed over operations and
+    #: outcomes): a live transfer finishes them, a dead trainer's leaves them standing; None without the counter.
+    weight_ops: float | None = None
 
     @property
     def work(self) -> float:

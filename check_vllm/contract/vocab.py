@@ -127,9 +127,11 @@ VERDICTS = (
     Word(PAUSED, _r({OK: DRAIN, WARNING: DRAIN}), False,
          "no progress, and the server says its engine is paused on purpose (GET "
          "/is_paused, vLLM >= 0.32 in dev mode; the probe answered 503 'Generation "
-         "is paused', vLLM >= 0.33; a checkpoint, GET /checkpoint/status) or weights "
-         "are moving into it (vllm:rl_weight_update_operations_in_flight); WARNING "
-         "past --pause-grace, or at once for a failed checkpoint"),
+         "is paused', vLLM >= 0.33; a checkpoint, GET /checkpoint/status; SGLang's GET "
+         "/ready 503 while /ping answers) or weights are moving into it "
+         "(vllm:rl_weight_update_operations_in_flight, its operations finishing within "
+         "--pause-grace: none finishing past it is a stall); WARNING past --pause-grace, "
+         "or at once for a failed checkpoint"),
     Word(KV_TRANSFER, _r({WARNING: DRAIN}), False,
          "no progress, every waiting request deferred "
          "(vllm:num_requests_waiting_by_reason: a KV transfer, a LoRA budget, a "

@@ -98,6 +98,11 @@ def on_purpose(verdict: Verdict, reading: Reading, said: str | None, settings: S
         if memory.paused is None or verdict.action == PROBE:  # an idle run not probed says nothing of the pause
             return verdict._replace(memory=memory)
         return verdict._replace(memory=memory._replace(paused=None))
+    if weights and said != PAUSED_YES:
+        memory, idle_for = _weight_ops(memory, reading, now)
+        if idle_for is not None and idle_for > settings.pause_grace:  # a dead trainer's transfer: a stall
+            text = wording.weights_stand(reading.weight_updates or 0.0, idle_for) + verdict.text
+            return verdict._replace(text=text, memory=memory)
     if said == PAUSED_YES or weights:
         how = "weights are moving in (vllm:rl_weight_update_operations_in_flight)" if weights else \
             f"its server says the engine is paused (GET {BY_KEY[reading.engine].routes.paused})"
@@ -111,6 +116,17 @@ def on_purpose(verdict: Verdict, reading: Reading, said: str | None, settings: S
     if _deferred(verdict, reading):
         return verdict._replace(action=PROBE_DEFERRED)
     return verdict
+
+
+def _weight_ops(memory: Memory, reading: Reading, now: Instant) -> tuple[Memory, float | None]:
+    """Weight-update operations in flight: since when none finished (the pause's start counts from the last that
+    did: `paused` moves with them), or None where the page has no count of finished operations (older vLLM)."""
+    before = memory.previous.reading.weight_ops if memory.previous is not None else None
+    if reading.weight_ops is None:
+        return memory, None
+    if before is None or reading.weight_ops > before or memory.paused is None:
+        memory = memory._replace(paused=now)  # operations finish (or the first look): a live transfer
+    return memory, max(elapsed(memory.paused, now) or 0.0, 0.0) if memory.paused is not None else None
 
 
 def _ended(memory: Memory) -> Memory:

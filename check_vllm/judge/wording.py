@@ -96,6 +96,12 @@ def _many(words: Mapping[str, str], sick: list[str], stalls: Mapping[str, Streak
             f"longest {_stall(stalls[longest], now)} (engine {clean(longest, 20)}){_need(worst, settings)}; total ")
 
 
+def weights_stand(in_flight: float, idle_for: float) -> str:
+    """A weight update whose operations stopped finishing: no transfer moves, whatever the gauge says."""
+    return (f"{in_flight:g} weight-update operations in flight, none finished for {seconds(idle_for)} "
+            "(vllm:rl_weight_update_operations_total): no transfer moves; ")
+
+
 def coarse(reading: Reading) -> str:
     """What its page printed too coarsely to prove a stall: progress cannot be told, so no stall is judged."""
     said = sorted({e.coarse for e in reading.engines.values() if e.coarse and e.work > 0})

@@ -81,7 +81,9 @@ def _baseline(raw: Any) -> Baseline | None:
             return None
     model = raw.get("model") if isinstance(raw.get("model"), str) else None
     engine = raw.get("engine") if raw.get("engine") in BY_KEY else VLLM.key  # written only for another engine
-    return Baseline(Reading(engines=engines, process_start=start, model=model, engine=engine), at)  # type: ignore[arg-type]
+    ops = finite(raw.get("weight_ops"))  # written only where the page has the counter
+    return Baseline(Reading(engines=engines, process_start=start, model=model, engine=engine,  # type: ignore[arg-type]
+                            weight_ops=ops), at)
 
 
 def _streak(raw: Any) -> Streak | None:
@@ -172,6 +174,8 @@ def _baseline_json(b: Baseline) -> dict[str, Any]:
            "engines": {n: _engine_json(e) for n, e in r.engines.items()}}
     if r.engine != VLLM.key:  # a vLLM server's file stays as it was
         out["engine"] = r.engine
+    if r.weight_ops is not None:
+        out["weight_ops"] = r.weight_ops
     return out
 
 

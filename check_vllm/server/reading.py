@@ -30,9 +30,11 @@ _START = "process_start_time_seconds"
 _BY_REASON = "vllm:num_requests_waiting_by_reason"
 #: An RL trainer moving weights into the server (vllm/entrypoints/rl/online/metrics.py, 0.32 on).
 _WEIGHTS = "vllm:rl_weight_update_operations_in_flight"
+#: Its operations finished, by operation and outcome: what moves while weights really move.
+_WEIGHT_OPS = "vllm:rl_weight_update_operations_total"
 # The sample names the check reads (a line is wanted when its name, up to `{` or ` `, is one): the parser's filter.
-WANTED = frozenset(name.split("|", 1)[0] for name in _SAMPLES) | _CREATED | set(_OWNER) | {_SLEEP, _START, _BY_REASON,
-                                                                                       _WEIGHTS}
+WANTED = frozenset(name.split("|", 1)[0] for name in _SAMPLES) | _CREATED | set(_OWNER) | {
+    name for row in ENGINES for name in row.also}
 
 
 def restrictable(row: Engine) -> frozenset[str]:
@@ -69,12 +71,13 @@ class _Collected(NamedTuple):
     process_start: float | None
     model: str | None
     weight_updates: float | None
+    weight_ops: float | None
 
 
 def _collect(samples: list[Sample]) -> _Collected:
     """The wanted samples, per engine label."""
-    out = _Collected({}, {}, {}, {}, None, None, None)
-    process_start, model, weights = None, None, None
+    out = _Collected({}, {}, {}, {}, None, None, None, None)
+    process_start, model, weights, ops = None, None, None, None
     for name, labels, raw in samples:
         value = finite(raw)  # Prometheus allows NaN and +Inf: neither is a usable count or gauge
         if name == _START:
@@ -82,6 +85,9 @@ def _collect(samples: list[Sample]) -> _Collected:
             continue
         if name == _WEIGHTS:
             weights = (weights or 0.0) + max(value or 0.0, 0.0)
+            continue
+        if name == _WEIGHT_OPS:
+            ops = (ops or 0.0) + max(value or 0.0, 0.0)
             continue
         row = ROW_OF.get(name, DEFAULT)
         engine = clean(labels.get(row.engine_label, ""), 40) if row.engine_label else ""
@@ -107,7 +113,7 @@ def _collect(samples: list[Sample]) -> _Collected:
                 continue
             fields = out.values.setdefault(engine, {})
             fields[key] = fields.get(key, 0.0) + value if key in row.summed else value
-    return out._replace(process_start=process_start, model=model, weight_updates=weights)
+    return out._replace(process_start=process_start, model=model, weight_updates=weights, weight_ops=ops)
 
 
 def _never_served(fields: dict[str, float]) -> bool:
@@ -202,7 +208,7 @@ def parse(text: str, named: Engine | None = None) -> Reading:
         for engine, fields in sorted(got.values.items())
     }
     return Reading(engines=engines, process_start=got.process_start, model=got.model,
-                   weight_updates=got.weight_updates, engine=row.key)
+                   weight_updates=got.weight_updates, engine=row.key, weight_ops=got.weight_ops)
 
 
 def owned(got: Reading, headers: Mapping[str, str]) -> Reading:

@@ -139,3 +139,47 @@ def test_asleep_with_work_queued_is_sleeping_never_probed_and_waking_is_judged_a
     woken = frozen(running=0.0, waiting=0.0)  # /wake_up: awake, idle
     idle = assess(v.memory, woken, S, at(40))
     assert (idle.word, idle.action) == ("idle", "probe")  # probed only once awake
+
+
+def _weights(ops: float | None) -> Reading:
+    return frozen(weights=1.0)._replace(weight_ops=ops)
+
+
+def test_a_weight_update_whose_operations_keep_finishing_is_paused_for_ever():
+    """A long update (many `update` operations): each run some finish. Never past the grace, never CRITICAL."""
+    memory, seen = Memory(), []
+    for n, t in enumerate(range(0, 300, 10)):
+        v, _ = run(memory, _weights(100.0 + n), t, None)
+        memory = v.memory
+        seen.append((v.word, v.code))
+    assert all(s == (PAUSED, OK) for s in seen[1:]), seen
+    assert v.text.startswith("weights are moving in (vllm:rl_weight_update_operations_in_flight) for 0.0 s")
+
+
+def test_a_weight_update_none_of_whose_operations_finish_is_a_stall_past_the_pause_grace():
+    """A trainer that died inside an update leaves the gauge at 1 and the workers in a collective with no time-out:
+    paused within the 60 s grace from the last finished operation, then judged as any stall: stuck, restartable."""
+    memory, seen = Memory(), []
+    for t in range(0, 130, 10):
+        v, _ = run(memory, _weights(100.0 if t else 99.0), t, None)
+        memory = v.memory
+        seen.append((t, v.word, v.code))
+    words = {t: (w, c) for t, w, c in seen}
+    assert all(words[t] == (PAUSED, OK) for t in range(10, 70, 10)), seen  # the last op finished at t=10
+    assert words[80] == (STALLING, WARNING), seen  # 70 s without one: past the grace, the stall's proof begins
+    assert words[120] == (STUCK, CRITICAL) and STUCK in RESTARTABLE, seen
+    assert v.text.startswith("1 weight-update operations in flight, none finished for 110 s "
+                             "(vllm:rl_weight_update_operations_total): no transfer moves; "), v.text
+    assert "weights are moving in" not in v.text
+
+
+def test_the_page_carries_the_finished_weight_operations_summed():
+    page = "\n".join([
+        'vllm:num_requests_running{engine="0",model_name="m"} 0.0',
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 0.0',
+        'vllm:iteration_tokens_total_count{engine="0",model_name="m"} 5.0',
+        'vllm:rl_weight_update_operations_total{operation="update",outcome="success"} 7.0',
+        'vllm:rl_weight_update_operations_total{operation="start",outcome="success"} 2.0',
+        "",
+    ])
+    assert parse(page).weight_ops == 9.0 and parse(page.replace("_total{", "_xx{")).weight_ops is None
