@@ -13,6 +13,24 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 
+class Router(NamedTuple):
+    """A server that routes each request to a process of its own per model, started on demand (llama.cpp's
+    router mode): each loaded model's page is read as one engine of the server, and no request of the check ever
+    makes it load a model ("" or (): the server has no such mode)."""
+
+    #: What its /metrics answers when no model is named: how a router is told from a server without metrics.
+    unnamed: str = ""
+    #: Lists every model with its state (`status.value`).
+    models: str = ""
+    #: The query parameter naming the model a GET is for (a POST names it in its body).
+    select: str = ""
+    #: The query every read and probe carries, so that a model not loaded is refused, never loaded.
+    no_load: str = ""
+    #: The states of a model whose process serves its page (read, probed when idle); of one asleep (read only).
+    serving: tuple[str, ...] = ()
+    sleeping: tuple[str, ...] = ()
+
+
 class Routes(NamedTuple):
     """What an engine's server serves beyond /metrics, /v1/models and /v1/completions: each is asked only on the
     path that needs it ("" or (): the server has no such route, and it is never asked)."""
@@ -39,6 +57,8 @@ class Routes(NamedTuple):
     #: Each slot's task and tokens, exact (llama.cpp's /slots: a task of its queue, like /metrics): asked only when
     #: its page printed the progress counters too coarsely while work is present.
     slots: str = ""
+    #: How its server reads in router mode (one process per model, each started on demand); Router(): no such mode.
+    router: Router = Router()
 
 
 class Engine(NamedTuple):
@@ -152,7 +172,14 @@ LLAMA_CPP = Engine(
     # LLAMA_ARG_ENDPOINT_METRICS, else /metrics answers 501; --sleep-idle-seconds has no environment variable.
     # tools/server/server-context.cpp: values printed with std::to_string-free ostream defaults, 6 digits.
     metrics_flag="--metrics", counter_digits=6, port_env="LLAMA_ARG_PORT", sleep_flag="--sleep-idle-seconds",
-    routes=Routes(asleep="/props", slots="/slots"),
+    # tools/server/server-models.cpp (router mode: --models-dir or --models-preset, no -m): a GET names its model by
+    # `?model=`, a POST by its body's "model"; either loads a model not loaded unless `autoload=false` (is_autoload:
+    # the query, for a POST too), then 400 "model is not loaded"; /metrics without a model answers 400
+    # (router_validate_model); GET /v1/models gives each model's status.value (server_model_status_to_string). A
+    # "loading" model's process does not serve yet; a "sleeping" one answers /metrics from its cache, no task.
+    routes=Routes(asleep="/props", slots="/slots", router=Router(
+        unnamed="model name is missing from the request", models="/v1/models", select="model",
+        no_load="autoload=false", serving=("loaded",), sleeping=("sleeping",))),
 )
 
 #: SGLang 0.5.23 with --enable-metrics, read from its source (tests/fixtures/source/sglang-0.5.23/README.md names

@@ -76,11 +76,11 @@ def restricted_path(row: Engine) -> str:
 RESTRICTED = restricted_path(VLLM)
 
 
-def read_metrics(client: httpx.Client, endpoint: Endpoint, timeout: float, named: Engine | None = None
-                 ) -> Reading | Failure:
-    """GET the whole /metrics page once: a Reading, or the Failure that explains why there is none. `named`:
-    the engine --engine names (None: the page says)."""
-    return _read(client, endpoint, WHOLE, timeout, named)[0]
+def read_metrics(client: httpx.Client, endpoint: Endpoint, timeout: float, named: Engine | None = None,
+                 path: str = WHOLE) -> Reading | Failure:
+    """GET the whole /metrics page once (`path`: with a router's query): a Reading, or the Failure that explains
+    why there is none. `named`: the engine --engine names (None: the page says)."""
+    return _read(client, endpoint, path, timeout, named)[0]
 
 
 class Restricted(NamedTuple):
@@ -126,6 +126,11 @@ def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float, n
         return Failure(UNRESPONSIVE, f"/metrics answered HTTP {resp.status}", status=resp.status), True, False
     if resp.status != 200:  # 404, or llama.cpp's 501: the server answers, its metrics are off
         said = _names_its_flag(resp.text())
+        router = next((row for row in ENGINES if row.routes.router.unnamed  # it asks which model: read per model
+                       and row.routes.router.unnamed in resp.text()[:2000]), None)  # (check_vllm.server.router)
+        if router is not None:
+            return Failure(NO_METRICS, f"/metrics answered HTTP {resp.status}: {router.routes.router.unnamed} "
+                           f"({router.name}'s router)", engine=router.key), False, False
         row = said or named
         off = f" ({row.name} serves it only with {row.metrics_flag})" if row and row.metrics_flag else ""
         return Failure(NO_METRICS, f"/metrics answered HTTP {resp.status}{off}", engine=said.key if said else None), \
@@ -185,14 +190,17 @@ def engine_dead(client: httpx.Client, endpoint: Endpoint, route: str, timeout: f
     return resp.status == 503 and not resp.body.strip()
 
 
-def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: float, full: bool = True) -> ProbeOutcome:
+def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: float, full: bool = True,
+             query: str = "") -> ProbeOutcome:
     """Send one completion of max_tokens 1 and say how it went.
 
     `full` is False when the run's -t budget left less than --probe-timeout: no answer then proves nothing.
+    `query`: a router's (never load a model for it).
     """
     body = {"model": model, "prompt": PROBE_PROMPT, "max_tokens": 1, "temperature": 0, "stream": False}
     try:
-        resp = request(client, endpoint, "POST", "/v1/completions", timeout, body=body, auth=True)
+        resp = request(client, endpoint, "POST", f"/v1/completions{query and '?' + query}", timeout, body=body,
+                       auth=True)
     except FetchError as err:
         # nothing listens: down; unreachable from here (DNS, TLS) right after /metrics answered: proves nothing
         # a request this host could not send, or a peer that does not speak HTTP: proves nothing either

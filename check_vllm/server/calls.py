@@ -5,6 +5,10 @@ Each read asks for the restricted /metrics page (check_vllm.server.api). A serve
 where the whole page works is read by the whole page from then on (the memory says since when; the run that
 found out re-reads at once and loses nothing), and asked the restricted page again after RESTRICTED_RETRY: a
 server may be upgraded.
+
+A router (llama.cpp's router mode) answers /metrics without a model with its own words: from then on, for the
+rest of the observation, it is read per loaded model, and the probe asks a loaded model with its no-load query
+(check_vllm.server.router). Found again on every run: the bare /metrics it costs is answered by the router itself.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from check_vllm.contract.engines import AUTO, BY_KEY, VLLM, Engine
 from check_vllm.contract.instants import Instant, elapsed, instant
 from check_vllm.contract.values import ENGINE_DEAD, NO_ANSWER, REJECTED, Failure, ProbeOutcome, Reading
 from check_vllm.contract.vocab import NO_METRICS
-from check_vllm.server import api, slots
+from check_vllm.server import api, router, slots
 from check_vllm.server.fetch import Endpoint
 from check_vllm.server.fetch_errors import FetchError
 
@@ -44,6 +48,8 @@ class Calls:
         #: The engine of the newest reading (the named one, else the one the memory knows, else vLLM's): whose
         #: routes may be asked, and whose restricted page.
         self.engine: Engine = self.named or BY_KEY.get(known or "", VLLM)
+        #: The engine whose router this server is (its /metrics asked which model), None: no router.
+        self.router: Engine | None = None
 
     def left(self, cap: float | None) -> float:
         """A request's timeout: its cap, never beyond the deadline (no cap: what the deadline leaves)."""
@@ -63,7 +69,10 @@ class Calls:
         return since is None or not 0 <= since < RESTRICTED_RETRY  # another boot or a clock step: ask again
 
     def metrics(self) -> Reading | Failure:
-        """Every read of a run alike: a page that is not vLLM's is followed by /v1/models for liveness."""
+        """Every read of a run alike: a page that is not vLLM's is followed by /v1/models for liveness; a router's
+        answer by a read of each model it has loaded."""
+        if self.router is not None:
+            return self._routed(self.router)
         self.doing("GET /metrics")
         got: Reading | Failure | None = None
         asked = self._restricted()
@@ -78,6 +87,9 @@ class Calls:
             if asked and isinstance(got, Reading):  # the URL was at fault, not the server: the whole page from now on
                 self.whole_page = instant(self.now())
         if isinstance(got, Failure) and got.kind == NO_METRICS:
+            self.router = router.routed(got)
+            if self.router is not None:
+                return self._routed(self.router)
             return self.liveness(NO_METRICS, got.detail)._replace(engine=got.engine)
         if isinstance(got, Reading):
             asked_for, self.engine = self.engine, BY_KEY.get(got.engine, VLLM)
@@ -85,13 +97,19 @@ class Calls:
                 self.whole_page = None
             if not self.engine.routes.metrics_filter:  # an engine that has none: never asked while it serves
                 self.whole_page = instant(self.now())
-            got = self._exact(got)
+            got = self.exact(got, self.engine.routes.slots)
         return got
 
-    def _exact(self, got: Reading) -> Reading:
+    def _routed(self, row: Engine) -> Reading | Failure:
+        """A read of a router: one reading of its loaded models' pages (check_vllm.server.router)."""
+        got = router.read(self, row)
+        if isinstance(got, Reading) and not row.routes.metrics_filter:  # never its restricted page while it serves
+            self.whole_page = instant(self.now())
+        return got
+
+    def exact(self, got: Reading, route: str) -> Reading:
         """A page whose progress counters printed too coarsely while work is present: the slots' exact mark, where
-        its engine has such a route (one engine a page: llama.cpp's), stands in for them."""
-        route = self.engine.routes.slots
+        its engine has such a `route` (one engine a page: llama.cpp's), stands in for them."""
         coarse = [name for name, e in got.engines.items() if e.coarse and e.work > 0]
         if not route or len(got.engines) != 1 or not coarse:
             return got
@@ -107,6 +125,10 @@ class Calls:
         return api.liveness(self.client, self.endpoint, kind, detail, self.left(self.options.metrics_timeout))
 
     def probe(self, model: str | None) -> ProbeOutcome:
+        query = self.router.routes.router.no_load if self.router is not None else ""
+        if not model and self.router is not None:  # the router lists models it has not loaded: never ask those
+            return ProbeOutcome(REJECTED, 0.0, f"no model to probe: none of {self.router.name}'s router's loaded "
+                                "models is awake, and the check loads none")
         if not model:
             self.doing("GET /v1/models")
             try:
@@ -115,7 +137,8 @@ class Calls:
                 return ProbeOutcome(REJECTED, 0.0, f"no model to probe: {err.detail}")
         self.doing(f"the probe (POST /v1/completions, up to {self.options.probe_timeout:g} s)")
         budget = self.left(self.options.probe_timeout)
-        outcome = api.complete(self.client, self.endpoint, model or "", budget, budget >= self.options.probe_timeout)
+        outcome = api.complete(self.client, self.endpoint, model or "", budget, budget >= self.options.probe_timeout,
+                               query)
         if outcome.kind == NO_ANSWER and outcome.status is not None and self.engine_dead():
             return outcome._replace(kind=ENGINE_DEAD, detail=f"{outcome.detail}; GET /health answered 503")
         return outcome
