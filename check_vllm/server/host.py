@@ -10,10 +10,8 @@ URL whose host is this host: a check of a remote URL must never take a local pro
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
-import socket
 import subprocess
 from urllib.parse import urlsplit
 
@@ -22,38 +20,11 @@ from check_vllm.contract.engines import VLLM
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import ServerProcess, Witness
 from check_vllm.server import procfs, serverargs
+from check_vllm.server.thishost import is_local
 from check_vllm.server.processes import by_command_line, engine_of, process, server_at
 
 #: Seconds a --pid-command may take.
 PID_COMMAND_TIMEOUT = 5.0
-
-
-def is_local(url: str) -> bool:
-    """The URL's host is this host: a loopback name or address, or an address a socket here can bind."""
-    host = (urlsplit(url).hostname or "").rstrip(".").lower()
-    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
-        return True
-    try:
-        addresses = [ipaddress.ip_address(host)]
-    except ValueError:
-        try:
-            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-        except (OSError, UnicodeError):
-            return False
-        addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
-    return bool(addresses) and all(_bindable(a) for a in addresses)
-
-
-def _bindable(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if address.is_loopback:
-        return True
-    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.bind((str(address), 0))  # EADDRNOTAVAIL for an address that is not this host's
-        return True
-    except OSError:
-        return False
 
 
 def url_port(url: str) -> int:

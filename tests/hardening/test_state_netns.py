@@ -57,15 +57,19 @@ def two_servers() -> Iterator[tuple[Simulator, subprocess.Popen]]:
         inner.wait(10)
 
 
-def test_two_servers_on_one_loopback_address_in_two_namespaces_keep_apart(two_servers, tmp_path: Path):
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_two_servers_on_one_loopback_address_in_two_namespaces_keep_apart(two_servers, tmp_path: Path, host):
+    """127.0.0.1 (issue 36), and 0.0.0.0 as vLLM prints its URL at start (issue 46, case 2): both reach this
+    host's server, so both are keyed by the namespace they are reached in."""
     outer, inner = two_servers
+    url = outer.url.replace("127.0.0.1", host)
     shared = tmp_path / "volume"
     shared.mkdir()
     shared.chmod(0o1777)  # a Docker volume made from the image's directory
     busy, frozen = [], []
     for _ in range(8):
-        busy.append(run_script("check_vllm", "-u", outer.url, "--state-dir", str(shared), *ARGS))
-        frozen.append(check_in(inner, "-u", outer.url, "--state-dir", str(shared), *ARGS))
+        busy.append(run_script("check_vllm", "-u", url, "--state-dir", str(shared), *ARGS))
+        frozen.append(check_in(inner, "-u", url, "--state-dir", str(shared), *ARGS))
         if frozen[-1].word == "stuck":
             break
         time.sleep(0.5)
