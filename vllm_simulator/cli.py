@@ -13,7 +13,8 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from .core import DEFAULT_BUSY_QUEUE_SECONDS, FLAVOURS, Simulator
+from . import flavours
+from .core import DEFAULT_BUSY_QUEUE_SECONDS, Simulator
 from .scenarios import SCENARIOS, TABLE
 from .sglang_engine import SglangOptions
 
@@ -38,8 +39,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="delay of /metrics in scenario slow (default 10)")
     parser.add_argument("--busy-queue-seconds", type=float, default=DEFAULT_BUSY_QUEUE_SECONDS,
                         help="how long a real request queues in scenario busy before it is served (default 30)")
-    parser.add_argument("--flavour", default="vllm", choices=FLAVOURS,
-                        help="whose server to look like: vllm (default) or sglang (0.5.23's metrics and routes)")
+    parser.add_argument("--flavour", default="vllm", choices=flavours.NAMES,
+                        help="whose server to look like: " + "; ".join(f"{row.name}: {row.description}"
+                                                                       for row in flavours.TABLE))
     parser.add_argument("--watchdog-timeout", type=float, default=SglangOptions.watchdog_timeout,
                         help="sglang: seconds stuck with a batch before the watchdog kills the server (default 300)")
     parser.add_argument("--skip-server-warmup", action="store_true",

@@ -10,25 +10,20 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterable
-from functools import partial
 from types import TracebackType
 from typing import Final
 
 from prometheus_client import generate_latest
-from prometheus_client.core import Metric
 
-from .engine import EngineCounters
+from . import flavours
 from .listener import Listener
-from .openai_api import INFERENCE_PATHS
 from .page import registry_for, restricted
 from .process import RecordedRequest, SimulatedProcess
 from .scenarios import Scenario, lookup
-from .sglang_engine import SglangEngine, SglangOptions
-from .sglang_page import render as render_sglang
-from .sglang_routes import INFERENCE as SGLANG_INFERENCE
-from .sglang_server import SglangServer, Watchdog, any_stuck
+from .sglang_engine import SglangOptions
+from .sglang_server import Watchdog, any_stuck
 
-FLAVOURS = ("vllm", "sglang")
+FLAVOURS = flavours.NAMES
 
 DEFAULT_BUSY_QUEUE_SECONDS: Final = 30.0
 
@@ -55,21 +50,12 @@ class Simulator:
         sglang: SglangOptions | None = None,
     ) -> None:
         entry = lookup(scenario)
-        if flavour not in FLAVOURS:
-            raise ValueError(f"unknown flavour {flavour!r}; known: {', '.join(FLAVOURS)}")
-        if flavour == "sglang" and legacy:
-            raise ValueError("legacy (V0) metrics are vLLM's; the sglang flavour has its own")
-        if engines < 1:
-            raise ValueError("engines must be >= 1")
-        if max_num_seqs < 1:
-            raise ValueError("max_num_seqs must be >= 1")
-        if legacy and max(engines, entry.min_engines) > 1:
-            raise ValueError("legacy (V0) metrics have no engine label, so only one engine can be simulated")
+        self._row = row = flavours.lookup(flavour)
+        row.check(entry, engines, max_num_seqs, legacy)
         self.model = model
         self.legacy = legacy
         self.slow_seconds = slow_seconds
         self.host = host
-        self._multiprocess_flag = multiprocess
         self._port = port
         self._life = threading.RLock()  # listener open/close, the timer, started; taken before the process lock
         self._started = False
@@ -77,12 +63,13 @@ class Simulator:
         self._timer: threading.Timer | None = None
         self._generation = 0  # bumps on every set_scenario so a stale timer does nothing
         self.flavour = flavour
-        #: The SGLang API server's state when the flavour is sglang (None: vLLM, the default).
-        self.sglang = SglangServer(sglang or SglangOptions()) if flavour == "sglang" else None
+        #: The flavour's pieces: its routes (the handler hands them every request), its page, its Server header.
+        self.parts = parts = row.build(flavours.Settings(model, legacy, multiprocess, sglang or SglangOptions()))
+        #: The SGLang API server's state when the flavour is sglang (else None).
+        self.sglang = parts.sglang
         self._watchdog = Watchdog(self.sglang.options.watchdog_timeout, self._watchdog_exit) if self.sglang else None
-        factory = partial(SglangEngine.started, self.sglang.options) if self.sglang else EngineCounters
-        self._process = SimulatedProcess(entry, engines, max_num_seqs, busy_queue_seconds, factory)
-        self._registry = registry_for(self._metric_families)
+        self._process = SimulatedProcess(entry, engines, max_num_seqs, busy_queue_seconds, parts.engine)
+        self._registry = registry_for(lambda: parts.families(self._process))
 
     # --- settings and state ------------------------------------------------------------------------------------
 
@@ -204,6 +191,8 @@ class Simulator:
         entry = lookup(name)
         if self.legacy and entry.min_engines > 1:
             raise ValueError(f"{name} needs engine labels, which legacy (V0) metrics do not have")
+        if self._row.refusal(entry):
+            raise ValueError(self._row.refusal(entry))
         return entry
 
     def _timed_switch(self, generation: int, then: str) -> None:
@@ -240,9 +229,7 @@ class Simulator:
     def inference_requests(self) -> list[RecordedRequest]:
         """Only the requests that generate: what a check must not send while the server is busy (the POSTs to the
         completion endpoints; on SGLang also GET /health and /health_generate, each a real generation)."""
-        if self.sglang is not None:
-            return [r for r in self.requests() if (r.method, r.path) in SGLANG_INFERENCE]
-        return [r for r in self.requests() if r.method == "POST" and r.path in INFERENCE_PATHS]
+        return [r for r in self.requests() if self.parts.inference(r.method, r.path)]
 
     def clear_requests(self) -> None:
         """Forget the request log."""
@@ -250,12 +237,7 @@ class Simulator:
 
     def metrics_text(self, names: Iterable[str] = ()) -> bytes:
         """The ``/metrics`` page as it would be served now (Prometheus text 0.0.4); with ``names``, only those
-        samples, as vLLM's ``/metrics/?name[]=...`` serves them."""
+        samples, as vLLM's ``/metrics/?name[]=...`` serves them; a page written by hand is whole."""
+        if self.parts.page is not None:
+            return self.parts.page(self._process)[0]
         return generate_latest(restricted(self._registry, names) if names else self._registry)
-
-    def _metric_families(self) -> list[Metric]:
-        """Called by the registry's collector on each scrape."""
-        server = self.sglang
-        if server is not None:
-            return self._process.locked(lambda engines, _, start: render_sglang(server.view(self.model, engines, start)))
-        return self._process.families(self.model, self.legacy, self._multiprocess_flag)

@@ -21,8 +21,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, cast
 from urllib.parse import parse_qs, urlsplit
 
-from . import control, openai_api, page, routes, sglang_routes
+from . import control, openai_api, page, routes
 from .engine import Outcome
+from .exchange import read_body
 from .scenarios import MetricsAnswer
 
 if TYPE_CHECKING:
@@ -76,6 +77,10 @@ class Handler(BaseHTTPRequestHandler):
         except (ConnectionError, TimeoutError):
             self.close_connection = True
 
+    def version_string(self) -> str:
+        """The ``Server`` header: the flavour's server (uvicorn for vLLM and SGLang, llama.cpp)."""
+        return self._sim.parts.server_header
+
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the per-request stderr log; tests read the request log instead."""
 
@@ -92,27 +97,6 @@ class Handler(BaseHTTPRequestHandler):
         self._dispatch()
 
     # --- plumbing ----------------------------------------------------------------------------------------------
-
-    def _read_body(self) -> bytes:
-        """The request body, chunked or not; ValueError past ``_MAX_BODY_BYTES``."""
-        if "chunked" not in (self.headers.get("Transfer-Encoding") or "").lower():
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > _MAX_BODY_BYTES:
-                raise ValueError("request body too large")
-            return self.rfile.read(length) if length > 0 else b""
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            line = self.rfile.readline(64)
-            length = int(line.split(b";", 1)[0].strip() or b"0", 16)
-            if length == 0:
-                self.rfile.readline(64)
-                return b"".join(chunks)
-            size += length
-            if size > _MAX_BODY_BYTES:
-                raise ValueError("request body too large")
-            chunks.append(self.rfile.read(length))
-            self.rfile.readline(64)
 
     def _send(self, status: int, body: bytes, content_type: str, *, handler: str | None = None,
               headers: Mapping[str, str] = _NO_HEADERS) -> None:
@@ -157,7 +141,7 @@ class Handler(BaseHTTPRequestHandler):
         target = urlsplit(self.path)
         path = target.path
         try:
-            body = self._read_body()
+            body = read_body(self.headers, self.rfile, _MAX_BODY_BYTES)
         except ValueError:
             self.close_connection = True
             self._send_json(413, {"detail": "Request Entity Too Large"})
@@ -170,8 +154,9 @@ class Handler(BaseHTTPRequestHandler):
         if self._proc.is_gone():
             self._drop()
             return
-        if sim.sglang is not None:  # the SGLang flavour answers its own routes
-            sglang_routes.dispatch(self, sim.sglang, target, body)
+        own = sim.parts.routes
+        if own is not None:  # another engine's flavour answers its own routes (flavours.py)
+            own(self, target, body)
             return
         expected = routes.KNOWN.get(path)
         if expected is None:

@@ -12,15 +12,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 from urllib.parse import SplitResult, parse_qs
 
 from . import openai_api
 from .engine import Outcome
+from .exchange import Exchange
 from .sglang_server import SglangServer, health_answer
-
-if TYPE_CHECKING:
-    from .handler import Handler
 
 #: FastAPI's routes and their one method; a path starting with /metrics goes to the mounted metrics app.
 KNOWN: Final = {
@@ -34,7 +32,7 @@ INFERENCE: Final = frozenset({("POST", "/v1/completions"), ("POST", "/v1/chat/co
 _PAUSE_MODES: Final = ("abort", "retract", "in_place")
 
 
-def dispatch(handler: Handler, server: SglangServer, target: SplitResult, body: bytes) -> None:
+def dispatch(handler: Exchange, server: SglangServer, target: SplitResult, body: bytes) -> None:
     """Answer one request, counted by the middleware as it arrives and when its response goes out."""
     path = target.path
     endpoint = "/metrics" if path.startswith("/metrics") else path
@@ -47,7 +45,7 @@ def dispatch(handler: Handler, server: SglangServer, target: SplitResult, body: 
         server.answered(start, endpoint, handler.command, handler.last_status)
 
 
-def _route(handler: Handler, server: SglangServer, path: str, query: str, body: bytes) -> None:
+def _route(handler: Exchange, server: SglangServer, path: str, query: str, body: bytes) -> None:
     if path.startswith("/metrics"):  # Mount("/metrics") with path_regex ^/metrics(?P<path>.*)$: any suffix
         if handler.command != "GET":
             handler._send_json(405, {"detail": "Method Not Allowed"})
@@ -78,7 +76,7 @@ def _route(handler: Handler, server: SglangServer, path: str, query: str, body: 
         _completion(handler, server, path, body)
 
 
-def _health(handler: Handler, server: SglangServer) -> None:
+def _health(handler: Exchange, server: SglangServer) -> None:
     """health_generate: look every second for output, 503 once the timeout passed without any."""
     options, proc = server.options, handler._proc
     started = time.monotonic()
@@ -96,7 +94,7 @@ def _health(handler: Handler, server: SglangServer) -> None:
             return
 
 
-def _sleep(handler: Handler, seconds: float) -> bool:
+def _sleep(handler: Exchange, seconds: float) -> bool:
     """Wait ``seconds`` in short slices; False if the process died or stopped, or the client left."""
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
@@ -106,7 +104,7 @@ def _sleep(handler: Handler, seconds: float) -> bool:
     return True
 
 
-def _pause(handler: Handler, server: SglangServer, pause: bool, raw: bytes) -> None:
+def _pause(handler: Exchange, server: SglangServer, pause: bool, raw: bytes) -> None:
     """POST /pause_generation (PauseGenerationReqInput.mode, default abort) and /continue_generation."""
     try:
         body = json.loads(raw or b"{}")
@@ -122,7 +120,7 @@ def _pause(handler: Handler, server: SglangServer, pause: bool, raw: bytes) -> N
     handler._send_json(200, {"message": f"Generation {word} successfully.", "status": "ok"})
 
 
-def _completion(handler: Handler, server: SglangServer, path: str, raw: bytes) -> None:
+def _completion(handler: Exchange, server: SglangServer, path: str, raw: bytes) -> None:
     """An OpenAI completion: held while paused, then queued for a slot like any request."""
     try:
         body = json.loads(raw or b"{}")
