@@ -22,6 +22,12 @@ response bodies), ``handler`` and ``listener`` (HTTP and the socket), ``core`` (
 ``Simulator(flavour="sglang")`` (``--flavour sglang``) answers as SGLang 0.5.23 does instead, read from its source:
 ``sglang_engine`` (what a scheduler counts and when it writes its gauges), ``sglang_series``, ``sglang_families``
 and ``sglang_page`` (the multiprocess-mode page), ``sglang_server`` and ``sglang_routes`` (pause, health, watchdog).
+
+``Simulator(flavour="llamacpp", llamacpp=LlamacppOptions(...))`` (``--flavour llamacpp``) answers as llama.cpp's
+llama-server b11434 does, read from its source and checked against pages recorded from it: ``llamacpp_engine``
+(its counters), ``llamacpp_page`` (the hand-written 6-digit page), ``llamacpp_server`` (its identity and its sleep
+after --sleep-idle-seconds), ``llamacpp_api`` and ``llamacpp_routes`` (501 without --metrics, /props, /slots).
+Each flavour is a row of ``flavours.TABLE``: the simulator builds the row's pieces and never asks which it is.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from .engine import (
     PROMPT_TOKENS_PER_ENGINE_SECOND,
     STEPS_PER_SLOT_SECOND,
 )
+from .llamacpp_engine import LlamacppOptions
 from .process import RecordedRequest
 from .scenarios import BY_NAME, SCENARIOS, TABLE, EngineMode, MetricsAnswer, Scenario
 from .sglang_engine import SglangOptions
@@ -45,6 +52,7 @@ __all__ = [
     "STEPS_PER_SLOT_SECOND",
     "TABLE",
     "EngineMode",
+    "LlamacppOptions",
     "MetricsAnswer",
     "RecordedRequest",
     "Scenario",

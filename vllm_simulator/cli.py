@@ -15,6 +15,7 @@ from types import FrameType
 
 from . import flavours
 from .core import DEFAULT_BUSY_QUEUE_SECONDS, Simulator
+from .llamacpp_engine import LlamacppOptions
 from .scenarios import SCENARIOS, TABLE
 from .sglang_engine import SglangOptions
 
@@ -46,6 +47,13 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="sglang: seconds stuck with a batch before the watchdog kills the server (default 300)")
     parser.add_argument("--skip-server-warmup", action="store_true",
                         help="sglang: start without the warmup request, so no batch has run yet")
+    parser.add_argument("--no-metrics", action="store_true",
+                        help="llamacpp: started without --metrics, so /metrics answers 501")
+    parser.add_argument("--no-slots", action="store_true", help="llamacpp: --no-slots, so /slots answers 501")
+    parser.add_argument("--sleep-idle-seconds", type=float, default=None,
+                        help="llamacpp: sleep (unload the model) after that many seconds without a task")
+    parser.add_argument("--initial-decodes", type=int, default=0,
+                        help="llamacpp: start as a process that already made that many decodes (6-digit rounding)")
     return parser.parse_args(argv)
 
 
@@ -66,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             busy_queue_seconds=args.busy_queue_seconds,
             flavour=args.flavour,
             sglang=SglangOptions(watchdog_timeout=args.watchdog_timeout, skip_server_warmup=args.skip_server_warmup),
+            llamacpp=LlamacppOptions(metrics=not args.no_metrics, slots=not args.no_slots,
+                                     sleep_idle_seconds=args.sleep_idle_seconds, initial_decodes=args.initial_decodes),
         )
         sim.start()
     except (ValueError, OSError) as exc:

@@ -17,6 +17,7 @@ from prometheus_client import generate_latest
 
 from . import flavours
 from .listener import Listener
+from .llamacpp_engine import LlamacppOptions
 from .page import registry_for, restricted
 from .process import RecordedRequest, SimulatedProcess
 from .scenarios import Scenario, lookup
@@ -48,6 +49,7 @@ class Simulator:
         busy_queue_seconds: float = DEFAULT_BUSY_QUEUE_SECONDS,
         flavour: str = "vllm",
         sglang: SglangOptions | None = None,
+        llamacpp: LlamacppOptions | None = None,
     ) -> None:
         entry = lookup(scenario)
         self._row = row = flavours.lookup(flavour)
@@ -64,9 +66,11 @@ class Simulator:
         self._generation = 0  # bumps on every set_scenario so a stale timer does nothing
         self.flavour = flavour
         #: The flavour's pieces: its routes (the handler hands them every request), its page, its Server header.
-        self.parts = parts = row.build(flavours.Settings(model, legacy, multiprocess, sglang or SglangOptions()))
-        #: The SGLang API server's state when the flavour is sglang (else None).
+        self.parts = parts = row.build(flavours.Settings(model, legacy, multiprocess, sglang or SglangOptions(),
+                                                         llamacpp or LlamacppOptions()))
+        #: The SGLang API server's state when the flavour is sglang, llama-server's when it is llamacpp (else None).
         self.sglang = parts.sglang
+        self.llamacpp = parts.llamacpp
         self._watchdog = Watchdog(self.sglang.options.watchdog_timeout, self._watchdog_exit) if self.sglang else None
         self._process = SimulatedProcess(entry, engines, max_num_seqs, busy_queue_seconds, parts.engine)
         self._registry = registry_for(lambda: parts.families(self._process))
@@ -237,7 +241,7 @@ class Simulator:
 
     def metrics_text(self, names: Iterable[str] = ()) -> bytes:
         """The ``/metrics`` page as it would be served now (Prometheus text 0.0.4); with ``names``, only those
-        samples, as vLLM's ``/metrics/?name[]=...`` serves them; a page written by hand is whole."""
+        samples, as vLLM's ``/metrics/?name[]=...`` serves them; a page written by hand (llama.cpp's) is whole."""
         if self.parts.page is not None:
             return self.parts.page(self._process)[0]
         return generate_latest(restricted(self._registry, names) if names else self._registry)

@@ -17,12 +17,14 @@ from urllib.parse import SplitResult
 
 from prometheus_client.core import Metric
 
-from . import sglang_routes
+from . import llamacpp_routes, sglang_routes
 from .engine import EngineCounters
 from .exchange import Exchange
+from .llamacpp_engine import LlamacppEngine, LlamacppOptions
+from .llamacpp_server import LlamacppServer
 from .openai_api import INFERENCE_PATHS
 from .process import SimulatedProcess
-from .scenarios import Scenario
+from .scenarios import EngineMode, Scenario
 from .sglang_engine import SglangEngine, SglangOptions
 from .sglang_page import render as render_sglang
 from .sglang_server import SglangServer
@@ -39,6 +41,7 @@ class Settings:
     legacy: bool = False  # vLLM 0.6-0.9's metric names
     multiprocess: bool = False  # vLLM's page in prometheus multiprocess mode
     sglang: SglangOptions = field(default_factory=SglangOptions)
+    llamacpp: LlamacppOptions = field(default_factory=LlamacppOptions)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class Parts:
     inference: Callable[[str, str], bool] = lambda method, path: method == "POST" and path in INFERENCE_PATHS
     server_header: str = "uvicorn"
     sglang: SglangServer | None = None
+    llamacpp: LlamacppServer | None = None
 
 
 @dataclass(frozen=True)
@@ -102,9 +106,29 @@ def _sglang(settings: Settings) -> Parts:
                  inference=lambda method, path: (method, path) in sglang_routes.INFERENCE)
 
 
+def _llamacpp(settings: Settings) -> Parts:
+    server = LlamacppServer(settings.llamacpp)
+    return Parts(families=lambda proc: [], engine=partial(LlamacppEngine.started, settings.llamacpp), llamacpp=server,
+                 routes=lambda ex, target, body: llamacpp_routes.dispatch(ex, server, target, body),
+                 page=partial(llamacpp_routes.page, server), inference=llamacpp_routes.is_inference,
+                 server_header="llama.cpp")
+
+
+def _llamacpp_lacks(entry: Scenario) -> str:
+    """vLLM's routes and its sleep mode (llama.cpp sleeps by its idle timer: LlamacppOptions.sleep_idle_seconds)."""
+    if EngineMode.SLEEPING in entry.modes:
+        return "vLLM's sleep mode (llama.cpp sleeps by --sleep-idle-seconds: LlamacppOptions)"
+    vllm_only = {"/is_paused": entry.paused, "a 503 'Generation is paused'": entry.turns_away,
+                 "/checkpoint/status": entry.checkpoint is not None, "the fault-tolerance status": bool(entry.faults),
+                 "vLLM's /health 503": entry.engine_dead, "prometheus multiprocess mode": entry.multiprocess}
+    return ", ".join(name for name, used in vllm_only.items() if used)
+
+
 TABLE: Final = (
     Flavour("vllm", "vLLM's OpenAI server (the default)", _vllm, legacy=True),
     Flavour("sglang", "SGLang 0.5.23's metrics and routes", _sglang),
+    Flavour("llamacpp", "llama.cpp llama-server b11434: its 6-digit page, 501 without --metrics, "
+            "--sleep-idle-seconds", _llamacpp, one_engine=True, lacks=_llamacpp_lacks),
 )
 BY_NAME: Final = MappingProxyType({row.name: row for row in TABLE})
 NAMES: Final = tuple(row.name for row in TABLE)

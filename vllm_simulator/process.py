@@ -77,6 +77,17 @@ class SimulatedProcess:
         with self._cond:
             return list(self._requests)
 
+    def entered(self) -> float:
+        """When (``time.monotonic()``) the entry in force was entered: the work of the one before ended then."""
+        with self._cond:
+            return self._since
+
+    def load(self, index: int = 0) -> tuple[int, int]:
+        """(running, waiting) on engine ``index`` now, real requests queued for a slot included."""
+        with self._cond:
+            view = self._engine_view_locked(index)
+            return view.running, view.waiting
+
     @property
     def stopping(self) -> bool:
         with self._cond:
