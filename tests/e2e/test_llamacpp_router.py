@@ -52,6 +52,8 @@ class Router(ThreadingHTTPServer):
         self.errors: dict[str, int] = {}
         #: What the listing answers instead of the models' states.
         self.listing: object = None
+        #: Each model's process start (a model reloaded is a new child process).
+        self.starts = dict(STARTS)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
@@ -118,7 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(self.server.errors[model], {"error": {"code": 500, "message": "proxy error"}})
         pages = self.server.pages[model]
         body = (pages.pop(0) if len(pages) > 1 else pages[0]).encode()
-        self._send(200, body, "text/plain; version=0.0.4", {"Process-Start-Time-Unix": STARTS[model]})
+        self._send(200, body, "text/plain; version=0.0.4", {"Process-Start-Time-Unix": self.server.starts[model]})
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -223,6 +225,10 @@ def test_a_model_loaded_or_unloaded_between_runs_is_no_stall_and_no_restart(run_
         r = run_check("-u", router.url, *ARGS)
         assert (r.code, r.word) == (OK, "busy") and _engines(r.out) == {"beta": "busy"}, r.out
         assert not any("model=alpha" in p for _, p, _ in router.log[-4:]), router.log
+        router.starts["beta"] = "17700000000"  # beta reloaded between two runs: a new child process, named so
+        router.hand_out(beta=llamacpp_page("busy-1"))
+        r = run_check("-u", router.url, *ARGS)
+        assert (r.code, r.word) == (OK, "restarted") and "counters were re-created" in r.status, r.out
         _never_loaded_anything(router)
 
 
