@@ -109,7 +109,10 @@ def _stopping(raw: Any) -> Stopping | None:
 
 
 def _footprint(raw: Any) -> Footprint | None:
-    raw = _dict(raw)
+    """The probe's footprint, None where the file has none: no probe excuses nothing (read as a probe of 0 tokens,
+    a missing one excused one step and one finished request of every comparison after it)."""
+    if not isinstance(raw, dict):
+        return None
     p, c = finite(raw.get("prompt_tokens", 0)), finite(raw.get("completion_tokens", 0))
     if p is None or c is None:
         return None

@@ -70,3 +70,14 @@ def test_an_unprobed_idle_is_a_flag_in_the_memory_not_a_text_compare():
     assert before.last is not None and unproven_idle(before.last)
     other = codec.from_json({"verdict": {"word": IDLE, "state": OK, "text": "idle: probe answered", "at": 1.0}})
     assert other.last is not None and not unproven_idle(other.last)
+
+
+def test_a_file_without_a_probe_excuses_nothing():
+    """No `probe` in the file is no probe: read as one of 0 tokens it excused one step of every later comparison,
+    so an engine that moved exactly one step between two runs was called still."""
+    from check_vllm.judge.compare import allowance
+
+    saved = codec.to_json(Memory())
+    assert "probe" not in saved
+    memory = codec.from_json(saved)
+    assert memory.probe is None and allowance(memory.probe) == {}
