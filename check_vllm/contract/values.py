@@ -182,6 +182,9 @@ class Witness(NamedTuple):
 
     process: ServerProcess | None = None
     error: str = ""
+    #: The process is a guess, not a proof: the one engine server of this host behind a proxy that holds the URL's
+    #: port, with no option naming it. Believed only of a start (young, not served yet), never for a `down`.
+    tentative: bool = False
 
 
 class Evidence(NamedTuple):

@@ -1,17 +1,13 @@
 """A run without a /metrics reading judged: (memory, evidence, settings, now) -> Verdict. Pure.
 
-The one judge of every run without a reading: the first read, the in-run re-read, a refused probe, a
-probe's failed re-read, and the handler's own look all hand it one check_vllm.contract.values.Evidence.
-
-What a restart can fix is CRITICAL at once only when nothing listens (connection refused, an engine
-its own API server calls dead). A server that did not answer (a time-out, a 5xx, on /metrics or,
-with --proxy, on /v1/models) earns a streak that must be proven like every stuck (check_vllm.judge.proof);
-one that answered slowly within the run's budget gave a reading and never gets here. What the
-monitoring side cannot reach (DNS, TLS) or could not send is UNKNOWN: restarting the server cannot
-mend it; so is a peer that does not speak HTTP (an https port, a header past the client's limit). An
-answer is never silence: /v1/models answering 4xx or looping redirects is WARNING at most. The host's
-witness tells a loading or stopping server from a dead one; a first look a restart can fool (nothing
-listening and no process, a reset before any answer) asks for a second one (LOOK_AGAIN) when the run
+The one judge of every run without a reading (the first read, a re-read, a refused probe, a probe's failed
+re-read, the handler's own look), on one check_vllm.contract.values.Evidence. CRITICAL at once only when nothing
+listens (connection refused, an engine its own API server calls dead). A server that did not answer (a time-out,
+a 5xx; with --proxy, on /v1/models) earns a streak proven like every stuck (check_vllm.judge.proof). What the
+monitoring side cannot reach (DNS, TLS) or could not send, or a peer that does not speak HTTP, is UNKNOWN: a
+restart cannot mend it. An answer is never silence: /v1/models answering 4xx or looping redirects is WARNING at
+most. The host's witness tells a loading or stopping server from a dead one; a first look a restart can fool
+(nothing listening and no process, a reset before any answer) asks for a second one (LOOK_AGAIN) when the run
 before saw the server up.
 """
 
@@ -21,7 +17,7 @@ from check_vllm.contract.defaults import Settings
 from check_vllm.contract.engines import BY_NAME
 from check_vllm.contract.instants import Instant, elapsed, instant, seconds_between
 from check_vllm.contract.kept import NO_PROCESS, Memory, Starts, Stopping
-from check_vllm.contract.values import MODELS_ANSWERED, MODELS_OK, Evidence, Failure, ServerProcess
+from check_vllm.contract.values import MODELS_ANSWERED, MODELS_OK, Evidence, Failure, ServerProcess, Witness
 from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import (
     CRITICAL,
@@ -92,6 +88,12 @@ def _served_since(memory: Memory, process: ServerProcess) -> bool:
     return after >= 0 if after is not None else base.at.wall > process.started.wall
 
 
+def _young(memory: Memory, process: ServerProcess, settings: Settings, now: Instant) -> bool:
+    """Inside its start grace and not served since it started."""
+    age = elapsed(process.started, now)
+    return not _served_since(memory, process) and age is not None and 0.0 <= age <= settings.start_grace
+
+
 def _loading(memory: Memory, process: ServerProcess, detail: str, settings: Settings, now: Instant) -> Verdict:
     """A server process that has not served since it started: starting within the grace, else down; and
     a crash loop (several such processes in turn) is down whatever the age of the newest."""
@@ -159,6 +161,8 @@ def _host_explains(memory: Memory, saved: Stopping | None, evidence: Evidence, d
     stopping, a second look; None when they explain nothing (down, or the failure stands)."""
     failure, witness = evidence.failure, evidence.witness
     process = witness.process if witness is not None else None
+    if process is not None and witness is not None and witness.tentative and not _young(memory, process, settings, now):
+        process = None  # a guess proves a start only: past its grace, or served, the failure stands
     if process is not None:
         if not _served_since(memory, process):
             return _loading(memory, process, detail, settings, now)
@@ -214,11 +218,9 @@ def engine_died_last(memory: Memory) -> bool:
 def assess_failure(memory: Memory, evidence: Evidence, settings: Settings, now: Instant | float) -> Verdict:
     """Judge a run in which /metrics gave no reading (or proxy mode, which never reads it), on its evidence; the
     verdict names whose server it is where the evidence tells (the answer, else the host's process)."""
-    verdict = _judge(memory, evidence, settings, instant(now))
-    process = evidence.witness.process if evidence.witness is not None else None
+    verdict, process = _judge(memory, evidence, settings, instant(now)), (evidence.witness or Witness()).process
     row = BY_NAME.get(process.engine) if process is not None else None
-    engine = evidence.failure.engine or (row.key if row is not None else None)
-    return verdict._replace(engine=engine) if engine else verdict
+    return verdict._replace(engine=evidence.failure.engine or (row.key if row is not None else None))
 
 
 def _judge(memory: Memory, evidence: Evidence, settings: Settings, now: Instant) -> Verdict:

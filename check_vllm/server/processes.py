@@ -161,9 +161,7 @@ def _behind(held: str, servers: dict[int, list[int]], untold: list[str], elsewhe
     only when it can be told which, the one API server of the server's user (--server-user) in this network
     namespace; it may as well be on another host, or in a container (then it cannot be told)."""
     if user is None:
-        return None if status not in GATEWAY else Witness(
-            error=f"{held}: name the server behind it with --server-port or --server-user (or --pid-file, "
-                  "--pid-command) for this host to witness its start")
+        return None if status not in GATEWAY else _the_one_here(held, servers, untold)
     if untold or (elsewhere and not servers):
         return Witness(error=f"{held}; {blind(untold + elsewhere)}: no proof there is none ({ADVICE})")
     if len(servers) > 1:
@@ -176,6 +174,25 @@ def _behind(held: str, servers: dict[int, list[int]], untold: list[str], elsewhe
         if found is not None:
             return Witness(found)
     return Witness()
+
+
+def _the_one_here(held: str, servers: dict[int, list[int]], untold: list[str]) -> Witness:
+    """A proxy here answers for a server (GATEWAY) and no option names it: exactly one engine server on this host
+    (any user, this network namespace) is taken as the witness of its start, said so (tentative: believed only
+    while it is young and has not served); several are listed for the operator, and no verdict rests on any."""
+    if len(servers) == 1 and not untold:
+        (served, pids), = servers.items()
+        found = _oldest(pids, f"command line: the one engine server on this host, port {served}, behind the URL's: "
+                              f"{held}; name it with --server-port to be sure")
+        if found is not None:
+            return Witness(found, tentative=True)
+    if len(servers) > 1:
+        listed = ", ".join(f"port {port} (pid {', '.join(map(str, sorted(pids)[:3]))})"
+                           for port, pids in sorted(servers.items())[:5])
+        return Witness(error=f"{held}; this host's engine servers: {listed}: name the one behind it with "
+                             "--server-port")
+    return Witness(error=f"{held}: name the server behind it with --server-port or --server-user (or --pid-file, "
+                         "--pid-command) for this host to witness its start")
 
 
 def _hidden_proc() -> bool:

@@ -205,11 +205,8 @@ def test_behind_a_proxy_on_this_host_the_check_names_it_and_how_to_witness_the_s
             except OSError:
                 time.sleep(0.05)
         url = f"http://127.0.0.1:{front}"
-        blind = run_check("-u", url)
-        assert blind.first.startswith("VLLM WARNING - unresponsive: /metrics answered HTTP 502"), blind.first
-        prog = Path(sys.executable).name
-        assert (f"server process unknown: port {front} is held by {prog} (pid {proxy.pid}), not an engine's server: name the "
-                "server behind it with --server-port or --server-user") in blind.first, blind.first
+        # with no option, what the host sees depends on the other engine servers here (the host tier, run alone,
+        # tests it: tests/host/test_host_witness.py); named, the server is this one whatever else runs
         named = run_check("-u", url, "--server-port", str(back))
         assert norm(named.first).startswith(f"VLLM WARNING - starting: vLLM process {proc.pid} started <N> ago, "
                                             "not serving yet"), named.first

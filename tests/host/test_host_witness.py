@@ -149,3 +149,47 @@ def test_behind_a_local_proxy_two_servers_of_the_user_are_named_not_guessed(ns: 
             "--server-port") in r.status, r.first
     named = ns.check(tmp_path / "s3", "--server-port", str(ports[1]))
     assert named.word == "starting" and f"vLLM process {ns.loaders[1].pid} started" in named.status, named.first
+
+
+def test_behind_a_local_proxy_with_no_option_the_one_engine_server_here_witnesses_its_start(ns: Namespace,
+                                                                                          tmp_path: Path):
+    """Issue 46, case 4: the shipped defaults, no option naming the server. 4e70de5 said `unresponsive`, then
+    CRITICAL after --stuck-seconds: a restart mid-load. Exactly one engine server here, young: `starting`, said
+    how it was chosen, and never CRITICAL while it loads."""
+    back = free_port()
+    proc = ns.loader(back)
+    runs = []
+    for _ in range(6):  # past --stuck-seconds 2 twice over
+        runs.append(ns.check(tmp_path / "s4", "--stuck-seconds", "2", "--stuck-readings", "2", "-t", "5"))
+        time.sleep(0.5)
+    assert all((r.code, r.word) == (1, "starting") for r in runs), [r.first for r in runs]
+    assert runs[-1].status.startswith(f"starting: vLLM process {proc.pid} (from its command line: the one engine "
+                                      f"server on this host, port {back}, behind the URL's: port {ns.front} is held "
+                                      "by "), runs[-1].first
+    assert "name it with --server-port to be sure" in runs[-1].status, runs[-1].first
+
+
+def test_the_guess_proves_a_start_only(ns: Namespace, tmp_path: Path):
+    """Past its start grace the one engine server here is no proof of anything: the proxy's 502 is judged as it
+    was (unresponsive, CRITICAL once proven), never `down` on a guess."""
+    ns.loader(free_port())
+    time.sleep(1.2)
+    runs = []
+    for _ in range(8):
+        runs.append(ns.check(tmp_path / "s5", "--start-grace", "1", "--stuck-seconds", "1", "--stuck-readings", "2",
+                             "-t", "5"))
+        if runs[-1].code == 2:
+            break
+        time.sleep(0.5)
+    assert all(r.word == "unresponsive" for r in runs), [r.first for r in runs]
+    assert runs[-1].code == 2, [r.first for r in runs]
+
+
+def test_behind_a_local_proxy_with_no_option_several_engine_servers_are_listed_not_guessed(ns: Namespace,
+                                                                                         tmp_path: Path):
+    ports = sorted((free_port(), free_port()))
+    pids = [ns.loader(port).pid for port in ports]
+    r = ns.check(tmp_path / "s6")
+    assert (r.code, r.word) == (1, "unresponsive"), r.first
+    assert (f"this host's engine servers: port {ports[0]} (pid {pids[0]}), port {ports[1]} (pid {pids[1]}): name "
+            "the one behind it with --server-port") in r.status, r.first
