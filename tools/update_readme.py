@@ -289,6 +289,11 @@ def engine_row(key: str) -> str:
     asks += [f"`{path}` (before an idle probe: asleep? a probe would wake it)" for path in (r.asleep,) if path]
     asks += [f"`{path}` (work present and the counters printed too coarsely: the slots' exact counts)"
              for path in (r.slots,) if path]
+    if r.router.models:
+        asks += [f"router mode (its `/metrics` says \"{r.router.unnamed}\"): `{r.router.models}` for each model's "
+                 f"state, then per {'/'.join(r.router.serving + r.router.sleeping)} model `/metrics?"
+                 f"{r.router.select}=NAME&{r.router.no_load}` (and the probe with `?{r.router.no_load}`): a model not "
+                 "loaded is never named, so never loaded"]
     witness = ", ".join([*(f"`{p}`" for p in row.programs), *(f"`{c} serve`" for c in row.serves),
                          *(f"`python -m {m}`" for m in row.modules)])
     lines = ["| | |", "|---|---|", f"| status line | `{row.label} OK - ...` |", f"| `--engine` | `{row.key}` |",
