@@ -2,7 +2,8 @@
 
 Each scenario shows the exact Nagios output and exit code, and how many inference requests the
 check sent. The saturated scenario also runs the classic "send a chat request and wait" check,
-scaled down to seconds, to show the false alarm this project exists to prevent.
+scaled down to seconds, to show the false alarm this project exists to prevent. Then llama.cpp's
+llama-server on its own terms: its metrics off, its sleep, its 6-digit page.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import NamedTuple
 import httpx
 
 from check_vllm.contract.vocab import CODE_NAMES
-from vllm_simulator import BY_NAME, Simulator
+from vllm_simulator import BY_NAME, LlamacppOptions, Simulator
 
 FAST = ("--min-gap", "0.5", "--reread-delay", "0.6", "--stuck-seconds", "0", "--probe-timeout", "2", "-t", "6")
 
@@ -50,6 +51,33 @@ STEPS = (
 )
 
 
+class EngineStep(NamedTuple):
+    """One step of another engine's tour: its own server (a flag is no scenario), in a scenario of the table."""
+
+    name: str
+    description: str
+    scenario: str = "idle"
+    runs: int = 1
+    from_busy: bool = False
+    options: LlamacppOptions = LlamacppOptions()
+    idle_first: float = 0.0  # seconds it is left idle before the first run (to fall asleep)
+
+
+#: llama.cpp's tour: the cases where its server differs from vLLM's.
+LLAMACPP_STEPS = (
+    EngineStep("idle", "nothing to do: the check sends a 1-token probe"),
+    EngineStep("busy", "both slots decoding, requests deferred: n_decode_total moving", "busy", 2),
+    EngineStep("stuck", "the loop stopped inside a decode: /metrics and /health still answer, frozen", "stuck", 3,
+               from_busy=True),
+    EngineStep("metrics off", "started without --metrics: /metrics answers 501",
+               options=LlamacppOptions(metrics=False)),
+    EngineStep("asleep", "--sleep-idle-seconds 1, idle for longer: the model unloaded (/props is_sleeping)",
+               options=LlamacppOptions(sleep_idle_seconds=1.0), idle_first=1.3),
+    EngineStep("six digits", "busy after 1.2e9 decodes, --no-slots: n_decode_total prints 1.2e+09 and shows no step",
+               "busy", 2, options=LlamacppOptions(initial_decodes=1_200_000_000, slots=False)),
+)
+
+
 def _check(url: str, state_dir: str, *extra: str) -> tuple[int, str]:
     argv = [sys.executable, "-m", "check_vllm", "-u", url, "--state-dir", state_dir, *FAST, *extra]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
@@ -67,6 +95,36 @@ def classic_probe(url: str, timeout: float) -> tuple[str, float]:
     except httpx.HTTPError as err:
         return f"CRITICAL - chat request failed: {err}", time.monotonic() - started
     return "OK - chat request answered", time.monotonic() - started
+
+
+def _show(server: Simulator, state_dir: str, runs: int) -> None:
+    """Run the check ``runs`` times and print each output, then the inference requests it sent."""
+    for _ in range(runs):
+        code, out = _check(server.url, state_dir)
+        print(f"$ check_vllm -u {server.url}\n{out}\n-> exit {code} ({CODE_NAMES[code] if 0 <= code < len(CODE_NAMES) else '?'})")
+        time.sleep(0.6)
+    print(f"   inference requests the check sent: {len(server.inference_requests())}")
+
+
+def llamacpp_tour(tmp: str) -> None:
+    """llama.cpp's steps, each on a new llama-server look-alike."""
+    print("\nllama.cpp simulator (llama-server b11434, --parallel 2), a new server for each step\n")
+    for n, step in enumerate(LLAMACPP_STEPS):
+        state_dir = f"{tmp}/llamacpp-{n}"
+        with Simulator(flavour="llamacpp", scenario="busy" if step.from_busy else step.scenario,
+                       llamacpp=step.options) as sim:
+            if step.from_busy:
+                _check(sim.url, state_dir)  # a healthy busy baseline first
+                time.sleep(0.6)
+                sim.set_scenario(step.scenario)
+            time.sleep(step.idle_first)
+            sim.clear_requests()
+            print(f"== llama.cpp {step.name}: {step.description}")
+            _show(sim, state_dir, step.runs)
+            if step.options.sleep_idle_seconds is not None:
+                asleep = httpx.get(f"{sim.url}/props", timeout=5).json()["is_sleeping"]
+                print(f"   GET /props is_sleeping after the runs: {str(asleep).lower()}")
+            print()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,11 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                 sim.set_scenario(entry.name)
             server.clear_requests()
             print(f"== {entry.name}: {entry.description}")
-            for _ in range(step.runs):
-                code, out = _check(server.url, state_dir)
-                print(f"$ check_vllm -u {server.url}\n{out}\n-> exit {code} ({CODE_NAMES[code] if 0 <= code < len(CODE_NAMES) else '?'})")
-                time.sleep(0.6)
-            print(f"   inference requests the check sent: {len(server.inference_requests())}\n")
+            _show(server, state_dir, step.runs)
+            print()
 
         print("== saturated: check_vllm vs the classic probe-style check (a chat request, 3 s timeout)")
         sim.set_scenario("busy")
@@ -107,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"check_vllm   ({ours:.1f} s, {ours_requests} inference requests): {out.split(' | ')[0]}")
         print(f"classic probe ({theirs:.1f} s, 1 inference request that waited for a slot): {verdict}")
         print("The classic check would restart a healthy, fully loaded server and fail every request in flight.")
+        llamacpp_tour(tmp)
     print(f"\ndemo finished in {time.monotonic() - started:.0f} s")
     return 0
 

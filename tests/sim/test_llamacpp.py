@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from vllm_simulator import LlamacppOptions, Simulator
+from vllm_simulator import LlamacppOptions, Simulator, demo
 from vllm_simulator.llamacpp_page import cpp_double
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "llamacpp"
@@ -267,3 +267,11 @@ def test_cli_serves_the_flavour_without_metrics() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_demo_tours_llamacpp_in_scenarios_its_flavour_takes() -> None:
+    names = [step.name for step in demo.LLAMACPP_STEPS]
+    assert len(set(names)) == len(names) and {"idle", "busy", "stuck", "metrics off", "asleep"} <= set(names)
+    for step in demo.LLAMACPP_STEPS:
+        Simulator(flavour="llamacpp", scenario=step.scenario, llamacpp=step.options)  # not refused
+        assert step.runs >= 1
