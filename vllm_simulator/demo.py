@@ -2,8 +2,9 @@
 
 Each scenario shows the exact Nagios output and exit code, and how many inference requests the
 check sent. The saturated scenario also runs the classic "send a chat request and wait" check,
-scaled down to seconds, to show the false alarm this project exists to prevent. Then llama.cpp's
-llama-server on its own terms: its metrics off, its sleep, its 6-digit page.
+scaled down to seconds, to show the false alarm this project exists to prevent. Then the other
+engines on their own terms: llama.cpp's llama-server (its metrics off, its sleep, its 6-digit page)
+and SGLang (gauges written only now and then, so a frozen scheduler is told by the probe).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from typing import NamedTuple
 
 import httpx
@@ -54,27 +56,43 @@ STEPS = (
 class EngineStep(NamedTuple):
     """One step of another engine's tour: its own server (a flag is no scenario), in a scenario of the table."""
 
+    engine: str  # as the output names it
+    flavour: str  # the simulator's
     name: str
     description: str
     scenario: str = "idle"
     runs: int = 1
     from_busy: bool = False
-    options: LlamacppOptions = LlamacppOptions()
+    options: LlamacppOptions | None = None
     idle_first: float = 0.0  # seconds it is left idle before the first run (to fall asleep)
 
 
+_llamacpp = partial(EngineStep, "llama.cpp", "llamacpp")
+_sglang = partial(EngineStep, "SGLang", "sglang")
+
 #: llama.cpp's tour: the cases where its server differs from vLLM's.
 LLAMACPP_STEPS = (
-    EngineStep("idle", "nothing to do: the check sends a 1-token probe"),
-    EngineStep("busy", "both slots decoding, requests deferred: n_decode_total moving", "busy", 2),
-    EngineStep("stuck", "the loop stopped inside a decode: /metrics and /health still answer, frozen", "stuck", 3,
-               from_busy=True),
-    EngineStep("metrics off", "started without --metrics: /metrics answers 501",
-               options=LlamacppOptions(metrics=False)),
-    EngineStep("asleep", "--sleep-idle-seconds 1, idle for longer: the model unloaded (/props is_sleeping)",
-               options=LlamacppOptions(sleep_idle_seconds=1.0), idle_first=1.3),
-    EngineStep("six digits", "busy after 1.2e9 decodes, --no-slots: n_decode_total prints 1.2e+09 and shows no step",
-               "busy", 2, options=LlamacppOptions(initial_decodes=1_200_000_000, slots=False)),
+    _llamacpp("idle", "nothing to do: the check sends a 1-token probe"),
+    _llamacpp("busy", "both slots decoding, requests deferred: n_decode_total moving", "busy", 2),
+    _llamacpp("stuck", "the loop stopped inside a decode: /metrics and /health still answer, frozen", "stuck", 3,
+              from_busy=True),
+    _llamacpp("metrics off", "started without --metrics: /metrics answers 501",
+              options=LlamacppOptions(metrics=False)),
+    _llamacpp("asleep", "--sleep-idle-seconds 1, idle for longer: the model unloaded (/props is_sleeping)",
+              options=LlamacppOptions(sleep_idle_seconds=1.0), idle_first=1.3),
+    _llamacpp("six digits", "busy after 1.2e9 decodes, --no-slots: n_decode_total prints 1.2e+09 and shows no step",
+              "busy", 2, options=LlamacppOptions(initial_decodes=1_200_000_000, slots=False)),
+)
+#: SGLang's tour: its work gauges lag (written after a batch, every 40 decode steps), its counters do not.
+SGLANG_STEPS = (
+    _sglang("idle", "nothing to do: the check sends a 1-token probe (never its /health, itself a generation)"),
+    _sglang("busy", "decoding, requests queued: its pass counters moving", "busy", 2),
+    _sglang("stuck", "the scheduler frozen, its gauges as last written: the probe tells", "stuck", 3, from_busy=True),
+)
+#: Each other engine's tour, with its heading.
+TOURS = (
+    ("llama.cpp simulator (llama-server b11434, --parallel 2), a new server for each step", LLAMACPP_STEPS),
+    ("SGLang simulator (0.5.23, as its source has it), a new server for each step", SGLANG_STEPS),
 )
 
 
@@ -106,12 +124,12 @@ def _show(server: Simulator, state_dir: str, runs: int) -> None:
     print(f"   inference requests the check sent: {len(server.inference_requests())}")
 
 
-def llamacpp_tour(tmp: str) -> None:
-    """llama.cpp's steps, each on a new llama-server look-alike."""
-    print("\nllama.cpp simulator (llama-server b11434, --parallel 2), a new server for each step\n")
-    for n, step in enumerate(LLAMACPP_STEPS):
-        state_dir = f"{tmp}/llamacpp-{n}"
-        with Simulator(flavour="llamacpp", scenario="busy" if step.from_busy else step.scenario,
+def engine_tour(tmp: str, heading: str, steps: tuple[EngineStep, ...]) -> None:
+    """Another engine's steps, each on a new server of its flavour."""
+    print(f"\n{heading}\n")
+    for n, step in enumerate(steps):
+        state_dir = f"{tmp}/{step.flavour}-{n}"
+        with Simulator(flavour=step.flavour, scenario="busy" if step.from_busy else step.scenario,
                        llamacpp=step.options) as sim:
             if step.from_busy:
                 _check(sim.url, state_dir)  # a healthy busy baseline first
@@ -119,9 +137,9 @@ def llamacpp_tour(tmp: str) -> None:
                 sim.set_scenario(step.scenario)
             time.sleep(step.idle_first)
             sim.clear_requests()
-            print(f"== llama.cpp {step.name}: {step.description}")
+            print(f"== {step.engine} {step.name}: {step.description}")
             _show(sim, state_dir, step.runs)
-            if step.options.sleep_idle_seconds is not None:
+            if step.options is not None and step.options.sleep_idle_seconds is not None:
                 asleep = httpx.get(f"{sim.url}/props", timeout=5).json()["is_sleeping"]
                 print(f"   GET /props is_sleeping after the runs: {str(asleep).lower()}")
             print()
@@ -162,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"check_vllm   ({ours:.1f} s, {ours_requests} inference requests): {out.split(' | ')[0]}")
         print(f"classic probe ({theirs:.1f} s, 1 inference request that waited for a slot): {verdict}")
         print("The classic check would restart a healthy, fully loaded server and fail every request in flight.")
-        llamacpp_tour(tmp)
+        for heading, steps in TOURS:
+            engine_tour(tmp, heading, steps)
     print(f"\ndemo finished in {time.monotonic() - started:.0f} s")
     return 0
 

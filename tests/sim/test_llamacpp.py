@@ -269,9 +269,11 @@ def test_cli_serves_the_flavour_without_metrics() -> None:
         proc.wait(timeout=10)
 
 
-def test_demo_tours_llamacpp_in_scenarios_its_flavour_takes() -> None:
+def test_demo_tours_each_engine_in_scenarios_its_flavour_takes() -> None:
     names = [step.name for step in demo.LLAMACPP_STEPS]
     assert len(set(names)) == len(names) and {"idle", "busy", "stuck", "metrics off", "asleep"} <= set(names)
-    for step in demo.LLAMACPP_STEPS:
-        Simulator(flavour="llamacpp", scenario=step.scenario, llamacpp=step.options)  # not refused
-        assert step.runs >= 1
+    assert {steps[0].flavour for _, steps in demo.TOURS} == {"llamacpp", "sglang"}
+    for _, steps in demo.TOURS:
+        for step in steps:
+            Simulator(flavour=step.flavour, scenario=step.scenario, llamacpp=step.options)  # not refused
+            assert step.runs >= 1
