@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
+from check_vllm.contract.vocab import PAUSED, STOPPING
+
 
 class Router(NamedTuple):
     """A server that routes each request to a process of its own per model, started on demand (llama.cpp's
@@ -103,6 +105,9 @@ class Engine(NamedTuple):
     #: Its samples the reader reads beyond `samples` (sleep state, start time, waiting by reason, weight updates):
     #: asked on its restricted page too.
     also: frozenset[str] = frozenset()
+    #: Its server's own words, in a 503's {"error": "..."}, that it holds itself on purpose, each with the verdict
+    #: word it means (a pause: quiet on purpose, never restarted; a rank retired: stopping).
+    holding: tuple[tuple[str, str], ...] = ()
     #: The server flag that turns its /metrics on ("": always on), named when it is off.
     metrics_flag: str = ""
     #: Significant digits its page prints a value with (0: exact): a counter at or past 10**digits may not move
@@ -135,6 +140,9 @@ VLLM = Engine(
     engine_label="engine", work="vllm:num_requests_running/waiting",
     serves=("vllm",), modules=("vllm.entrypoints.openai.api_server",), summed=frozenset({"finished"}),
     config_flag="--config",
+    # 0.34: vllm/entrypoints/serve/elastic_ep/middleware.py ScalingMiddleware: every path but /health and
+    # /is_scaling_elastic_ep (/metrics too) answers 503 {"error": ...} while it scales or once its rank retired
+    holding=(("The model is currently scaling", PAUSED), ("rank has been retired and is awaiting shutdown", STOPPING)),
     also=frozenset({"vllm:engine_sleep_state", "process_start_time_seconds", "vllm:num_requests_waiting_by_reason",
                     "vllm:rl_weight_update_operations_in_flight", "vllm:rl_weight_update_operations_total"}),
     routes=Routes(

@@ -117,7 +117,8 @@ VERDICTS = (
          "connection refused, but its process served and still lives, or has "
          "just exited (for one more look) with no other started yet: a graceful "
          "stop (a restart, a deploy); down after --stop-grace; or nothing listens "
-         "and no process right after it served: looking again"),
+         "and no process right after it served: looking again; or a vLLM rank retired "
+         "by elastic scaling, awaiting shutdown (503, its own words)"),
     Word(UNREACHABLE, _r({UNKNOWN: ABSTAIN}), False,
          "DNS lookup or TLS handshake failed: the monitoring side cannot reach it "
          "(resolver, CA bundle, certificate, scheme); never restarted"),
@@ -128,7 +129,8 @@ VERDICTS = (
          "no progress, and the server says its engine is paused on purpose (GET "
          "/is_paused, vLLM >= 0.32 in dev mode; the probe answered 503 'Generation "
          "is paused', vLLM >= 0.33; a checkpoint, GET /checkpoint/status; SGLang's GET "
-         "/ready 503 while /ping answers) or weights are moving into it "
+         "/ready 503 while /ping answers; vLLM 0.34 scaling its experts: 503 'The model is "
+         "currently scaling') or weights are moving into it "
          "(vllm:rl_weight_update_operations_in_flight, its operations finishing within "
          "--pause-grace: none finishing past it is a stall); WARNING past --pause-grace, "
          "or at once for a failed checkpoint"),

@@ -25,6 +25,7 @@ from check_vllm.contract.vocab import (
     LOOK_AGAIN,
     NO_METRICS,
     OK,
+    PAUSED,
     PROTOCOL,
     PROXY,
     STARTING,
@@ -36,18 +37,16 @@ from check_vllm.contract.vocab import (
 from check_vllm.judge import process_words, wording
 from check_vllm.judge.finish import finish
 from check_vllm.judge.proof import extend, lasted, proven
+from check_vllm.judge.quiet import holds_itself
 
-#: Failures the host's process can explain (a loading, stopping or restarting server).
-LIFECYCLE = (DOWN, UNRESPONSIVE, NO_METRICS)
+LIFECYCLE = (DOWN, UNRESPONSIVE, NO_METRICS)  # what a loading, stopping or restarting server can cause
 
 
 def host_may_explain(failure: Failure) -> bool:
-    """A failure a loading, stopping or restarting server can cause, so the host's witness is asked. A server
-    whose /metrics is off (404, llama.cpp's 501) while /v1/models answers serves: it is neither loading nor down,
-    however long ago its process started (metrics off is both llama.cpp's and SGLang's default)."""
-    if failure.kind not in LIFECYCLE or failure.dead_engine:
-        return False
-    return not (failure.kind == NO_METRICS and failure.models in (MODELS_OK, MODELS_ANSWERED))
+    """A failure a loading, stopping or restarting server can cause: the host's witness is asked. One whose /metrics
+    is off (404, llama.cpp's 501: their default) while /v1/models answers serves: never loading nor down."""
+    serving = failure.kind == NO_METRICS and failure.models in (MODELS_OK, MODELS_ANSWERED)
+    return failure.kind in LIFECYCLE and not failure.dead_engine and not serving
 
 
 #: The run before saw no server at all: a failure now is nothing new, and gets no second look.
@@ -234,8 +233,9 @@ def _judge(memory: Memory, evidence: Evidence, settings: Settings, now: Instant)
         return unknown
     if failure.dead_engine:  # its API server says so: down whatever the host shows (no stop; a restart cures it)
         return finish(memory._replace(engine_dead=now), DOWN, process_words.engine_died(failure.detail), None, now)
-    if failure.kind == PROXY:
-        return _answered(memory, failure, PROXY, streaking, settings, now)
+    if failure.kind in (PROXY, PAUSED, STOPPING):  # a proxy's, or the server's own word that it holds itself
+        return _answered(memory, failure, PROXY, streaking, settings, now) if failure.kind == PROXY else \
+            holds_itself(memory, failure, settings, now)
     detail = failure.detail
     if evidence.witness is not None and evidence.witness.error:
         detail = f"{detail}; server process unknown: {evidence.witness.error}"

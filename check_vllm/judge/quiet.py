@@ -30,6 +30,7 @@ from check_vllm.contract.values import (
     PAUSED_YES,
     Checkpoint,
     EngineFault,
+    Failure,
     ProbeOutcome,
     Reading,
 )
@@ -205,6 +206,19 @@ def deferred(verdict: Verdict, reading: Reading, outcome: ProbeOutcome | None, r
     if verdict.word == STUCK:
         return _amended(verdict, STUCK, verdict.code, wording.deferred_unprobed(verdict.text, why), now)
     return _amended(verdict, KV_TRANSFER, WARNING, wording.kv_transfer(g, why), now)
+
+
+def holds_itself(memory: Memory, failure: Failure, settings: Settings, now: Instant) -> Verdict:
+    """A server that answers, in its own words, that it holds itself on purpose (vLLM's elastic EP scaling: a
+    pause, OK within --pause-grace and WARNING past it, never restarted; a retired rank awaiting shutdown:
+    stopping, its orchestrator's to end). No reading, so no stall is proven meanwhile."""
+    if failure.kind != PAUSED:
+        return finish(memory._replace(paused=None), failure.kind, failure.detail, None, now)
+    since = memory.paused or now
+    span = max(elapsed(since, now) or 0.0, 0.0)
+    return finish(_ended(memory)._replace(paused=since), PAUSED,
+                  wording.holds_itself(failure.detail, span, settings.pause_grace), None, now,
+                  state=OK if span <= settings.pause_grace else WARNING)
 
 
 def let_sleep(verdict: Verdict, asleep: bool | None, sleeps_after: float | None, now: Instant | float) -> Verdict:

@@ -122,6 +122,11 @@ def paused(how: str, span: float, grace: float, g: Gauges) -> str:
     return f"{how} for {seconds(span)}{over}; {counts(g)}"
 
 
+def holds_itself(said: str, span: float, grace: float) -> str:
+    over = f", longer than the pause grace {seconds(grace)}: still on purpose, never restarted" if span > grace else ""
+    return f"its server says it holds itself: {said}, for {seconds(span)}{over}"
+
+
 #: What vLLM's "deferred" waiting reason covers (its help text of vllm:num_requests_waiting_by_reason).
 DEFERRED = ("every waiting request is deferred (vLLM's transient constraints: a KV transfer from a prefill instance, "
             "a LoRA budget, a blocked status such as a structured-output grammar compiling)")

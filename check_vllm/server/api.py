@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import httpx
 
-from check_vllm.contract.engines import ENGINES, VLLM, Engine
+from check_vllm.contract.engines import VLLM, Engine
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import (
     ANSWERED,
@@ -34,7 +34,7 @@ from check_vllm.contract.values import (
     Reading,
 )
 from check_vllm.contract.vocab import DOWN, NO_METRICS, PROTOCOL, UNREACHABLE, UNRESPONSIVE
-from check_vllm.server import reading
+from check_vllm.server import answers, reading
 from check_vllm.server.fetch import Endpoint, request
 from check_vllm.server.fetch_errors import FetchError
 from check_vllm.server.reading import NotMetrics, owned, parse
@@ -53,8 +53,6 @@ PAUSED_TYPE, PAUSED_MESSAGE = "ServiceUnavailableError", "Generation is paused."
 #: Seconds GET /health may take when asked whether the engine died: vLLM answers it without a round trip to the
 #: engine (a flag the API server keeps), so a slow answer is an event loop too busy to tell.
 HEALTH_TIMEOUT = 2.0
-#: What a server answers a route it has but does not serve as configured (llama.cpp's /metrics without --metrics).
-NOT_IMPLEMENTED = 501
 
 
 def _unreached(err: FetchError) -> str | None:
@@ -122,19 +120,9 @@ def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float, n
         if err.kind in ("too large", "redirect", "encoding"):  # the page is not where we were told: no metrics
             return Failure(NO_METRICS, detail), True, False
         return Failure(UNRESPONSIVE, detail), True, False
-    if resp.status >= 500 and resp.status != NOT_IMPLEMENTED:
-        return Failure(UNRESPONSIVE, f"/metrics answered HTTP {resp.status}", status=resp.status), True, False
-    if resp.status != 200:  # 404, or llama.cpp's 501: the server answers, its metrics are off
-        said = _names_its_flag(resp.text())
-        router = next((row for row in ENGINES if row.routes.router.unnamed  # it asks which model: read per model
-                       and row.routes.router.unnamed in resp.text()[:2000]), None)  # (check_vllm.server.router)
-        if router is not None:
-            return Failure(NO_METRICS, f"/metrics answered HTTP {resp.status}: {router.routes.router.unnamed} "
-                           f"({router.name}'s router)", engine=router.key), False, False
-        row = said or named
-        off = f" ({row.name} serves it only with {row.metrics_flag})" if row and row.metrics_flag else ""
-        return Failure(NO_METRICS, f"/metrics answered HTTP {resp.status}{off}", engine=said.key if said else None), \
-            True, False
+    answer = answers.not_a_page(resp.status, resp.text(), named)
+    if answer is not None:
+        return answer[0], answer[1], False
     try:
         return owned(parse(resp.text(), named), resp.headers), False, resp.redirects > 0
     except NotMetrics as err:
@@ -142,11 +130,6 @@ def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float, n
         kind = clean(kind, 60)
         detail = f"/metrics is not {(named or VLLM).name}'s ({clean(str(err), 160)}; {kind}, {len(resp.body)} bytes)"
         return Failure(NO_METRICS, detail), True, False
-
-
-def _names_its_flag(body: str) -> Engine | None:
-    """The engine whose metrics flag an answer names (llama.cpp's 501: "Start it with `--metrics`")."""
-    return next((row for row in ENGINES if row.metrics_flag and f"`{row.metrics_flag}`" in body[:2000]), None)
 
 
 def first_model(client: httpx.Client, endpoint: Endpoint, timeout: float) -> str | None:
@@ -209,9 +192,10 @@ def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: floa
         return ProbeOutcome(kind, timeout, err.detail)
     if resp.status != 200:
         said = endpoint.redact(_error_text(resp.json()))
-        if resp.status == 503 and _turned_away(resp.json()):
-            return ProbeOutcome(ENGINE_PAUSED, resp.seconds, f"completion answered HTTP 503{clean(said, 160)}",
-                                status=503)
+        held = answers.holding(resp.status, resp.text())  # its own word that it holds itself (scaling)
+        if held is not None or (resp.status == 503 and _turned_away(resp.json())):
+            said = f" {held.detail.removeprefix('HTTP 503 ')}" if held is not None else clean(said, 160)
+            return ProbeOutcome(ENGINE_PAUSED, resp.seconds, f"completion answered HTTP 503{said}", status=503)
         detail = f"completion answered HTTP {resp.status}{clean(said, 160)}"
         if resp.status >= 500 and any(sign in said for sign in ENGINE_DEAD_SIGNS):
             return ProbeOutcome(ENGINE_DEAD, resp.seconds, detail)

@@ -61,6 +61,8 @@ class PageServer(ThreadingHTTPServer):
         self.props: dict | None = None
         #: What GET /slots answers (llama.cpp's slot list); None: 404.
         self.slots: list | None = None
+        #: (status, JSON body) every POST answers instead of a completion; None: a completion.
+        self.post_answer: tuple[int, bytes] | None = None
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
@@ -106,7 +108,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.server.log.append(("POST", self.path))
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self._send(COMPLETION, "application/json")
+        status, body = self.server.post_answer or (200, COMPLETION)
+        self._send(body, "application/json", status=status)
 
     def _send(self, body: bytes, ctype: str, headers: dict[str, str] | None = None, status: int = 200) -> None:
         self.send_response(status)
