@@ -26,7 +26,8 @@ and ``sglang_page`` (the multiprocess-mode page), ``sglang_server`` and ``sglang
 ``Simulator(flavour="llamacpp", llamacpp=LlamacppOptions(...))`` (``--flavour llamacpp``) answers as llama.cpp's
 llama-server b11434 does, read from its source and checked against pages recorded from it: ``llamacpp_engine``
 (its counters), ``llamacpp_page`` (the hand-written 6-digit page), ``llamacpp_server`` (its identity and its sleep
-after --sleep-idle-seconds), ``llamacpp_api`` and ``llamacpp_routes`` (501 without --metrics, /props, /slots).
+after --sleep-idle-seconds), ``llamacpp_api`` and ``llamacpp_routes`` (501 without --metrics, /props, /slots),
+``llamacpp_router`` (router mode, ``LlamacppOptions(models=...)``: a child server per model, loaded on demand).
 Each flavour is a row of ``flavours.TABLE``: the simulator builds the row's pieces and never asks which it is.
 """
 

@@ -52,9 +52,15 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-slots", action="store_true", help="llamacpp: --no-slots, so /slots answers 501")
     parser.add_argument("--sleep-idle-seconds", type=float, default=None,
                         help="llamacpp: sleep (unload the model) after that many seconds without a task")
+    parser.add_argument("--models", default="", help="llamacpp: router mode over these models (comma-separated)")
+    parser.add_argument("--unloaded", default="", help="llamacpp router: models listed but not loaded at start")
     parser.add_argument("--initial-decodes", type=int, default=0,
                         help="llamacpp: start as a process that already made that many decodes (6-digit rounding)")
     return parser.parse_args(argv)
+
+
+def _names(listed: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in listed.split(",") if name.strip())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -75,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             flavour=args.flavour,
             sglang=SglangOptions(watchdog_timeout=args.watchdog_timeout, skip_server_warmup=args.skip_server_warmup),
             llamacpp=LlamacppOptions(metrics=not args.no_metrics, slots=not args.no_slots,
-                                     sleep_idle_seconds=args.sleep_idle_seconds, initial_decodes=args.initial_decodes),
+                                     sleep_idle_seconds=args.sleep_idle_seconds, initial_decodes=args.initial_decodes,
+                                     models=_names(args.models), unloaded=_names(args.unloaded)),
         )
         sim.start()
     except (ValueError, OSError) as exc:

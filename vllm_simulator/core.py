@@ -53,6 +53,9 @@ class Simulator:
     ) -> None:
         entry = lookup(scenario)
         self._row = row = flavours.lookup(flavour)
+        settings = flavours.Settings(model, legacy, multiprocess, sglang or SglangOptions(),
+                                     llamacpp or LlamacppOptions())
+        engines = row.engine_count(settings, engines)
         row.check(entry, engines, max_num_seqs, legacy)
         self.model = model
         self.legacy = legacy
@@ -66,8 +69,7 @@ class Simulator:
         self._generation = 0  # bumps on every set_scenario so a stale timer does nothing
         self.flavour = flavour
         #: The flavour's pieces: its routes (the handler hands them every request), its page, its Server header.
-        self.parts = parts = row.build(flavours.Settings(model, legacy, multiprocess, sglang or SglangOptions(),
-                                                         llamacpp or LlamacppOptions()))
+        self.parts = parts = row.build(settings)
         #: The SGLang API server's state when the flavour is sglang, llama-server's when it is llamacpp (else None).
         self.sglang = parts.sglang
         self.llamacpp = parts.llamacpp
@@ -195,8 +197,8 @@ class Simulator:
         entry = lookup(name)
         if self.legacy and entry.min_engines > 1:
             raise ValueError(f"{name} needs engine labels, which legacy (V0) metrics do not have")
-        if self._row.refusal(entry):
-            raise ValueError(self._row.refusal(entry))
+        if self._row.refusal(entry, self.engines):
+            raise ValueError(self._row.refusal(entry, self.engines))
         return entry
 
     def _timed_switch(self, generation: int, then: str) -> None:

@@ -17,7 +17,7 @@ from urllib.parse import SplitResult
 
 from prometheus_client.core import Metric
 
-from . import llamacpp_routes, sglang_routes
+from . import llamacpp_router, llamacpp_routes, sglang_routes
 from .engine import EngineCounters
 from .exchange import Exchange
 from .llamacpp_engine import LlamacppEngine, LlamacppOptions
@@ -66,9 +66,19 @@ class Flavour:
     description: str
     build: Callable[[Settings], Parts]
     legacy: bool = False  # vLLM's V0 metric names can be asked for
-    one_engine: bool = False  # no data parallel: one engine per server
+    #: The engines its server has whatever was asked (llama.cpp: one, or one per model of a router); None: as asked.
+    engines: Callable[[Settings], int] | None = None
     #: Scenario features its server has no counterpart for (a vLLM route, vLLM's sleep mode), by name.
     lacks: Callable[[Scenario], str] = lambda entry: ""
+
+    def engine_count(self, settings: Settings, asked: int) -> int:
+        """The engines a simulator of this flavour has; ValueError if another count than its own was asked."""
+        if self.engines is None:
+            return asked
+        own = self.engines(settings)
+        if asked not in (1, own):
+            raise ValueError(f"a {self.name} server has {own} engine{'s' if own > 1 else ''}, not {asked}")
+        return own
 
     def check(self, entry: Scenario, engines: int, max_num_seqs: int, legacy: bool) -> None:
         """ValueError if a simulator of this flavour cannot be made so."""
@@ -85,8 +95,8 @@ class Flavour:
 
     def refusal(self, entry: Scenario, engines: int = 1) -> str:
         """Why this flavour cannot enter ``entry`` with ``engines`` engines ("": it can)."""
-        if self.one_engine and max(engines, entry.min_engines) > 1:
-            return f"{entry.name} needs {entry.min_engines} engines; a {self.name} server has one"
+        if self.engines is not None and entry.min_engines > engines:
+            return f"{entry.name} needs {entry.min_engines} engines; this {self.name} server has {engines}"
         lacks = self.lacks(entry)
         return f"{entry.name} needs {lacks}, which the {self.name} flavour does not have" if lacks else ""
 
@@ -107,6 +117,12 @@ def _sglang(settings: Settings) -> Parts:
 
 
 def _llamacpp(settings: Settings) -> Parts:
+    if settings.llamacpp.models:
+        router = llamacpp_router.Router(settings.llamacpp)
+        return Parts(families=lambda proc: [], engine=partial(LlamacppEngine.started, settings.llamacpp),
+                     routes=lambda ex, target, body: llamacpp_router.dispatch(ex, router, target, body),
+                     page=partial(llamacpp_routes.page, router.children[0]), inference=llamacpp_routes.is_inference,
+                     server_header="llama.cpp")
     server = LlamacppServer(settings.llamacpp)
     return Parts(families=lambda proc: [], engine=partial(LlamacppEngine.started, settings.llamacpp), llamacpp=server,
                  routes=lambda ex, target, body: llamacpp_routes.dispatch(ex, server, target, body),
@@ -128,7 +144,8 @@ TABLE: Final = (
     Flavour("vllm", "vLLM's OpenAI server (the default)", _vllm, legacy=True),
     Flavour("sglang", "SGLang 0.5.23's metrics and routes", _sglang),
     Flavour("llamacpp", "llama.cpp llama-server b11434: its 6-digit page, 501 without --metrics, "
-            "--sleep-idle-seconds", _llamacpp, one_engine=True, lacks=_llamacpp_lacks),
+            "--sleep-idle-seconds, router mode", _llamacpp, engines=lambda s: max(1, len(s.llamacpp.models)),
+            lacks=_llamacpp_lacks),
 )
 BY_NAME: Final = MappingProxyType({row.name: row for row in TABLE})
 NAMES: Final = tuple(row.name for row in TABLE)

@@ -39,7 +39,8 @@ class LlamacppOptions:
     ``sleep_idle_seconds``: --sleep-idle-seconds (None: -1, never sleeps). ``reload_seconds``: how long waking
     reloads the model. ``initial_decodes``: each new process starts as one that has already made that many decodes,
     so a page shows the 6-digit rounding of counters past 10^6 (1200000000 prints ``1.2e+09``) without simulating
-    hours of work.
+    hours of work. ``models``: router mode (--models-dir holding these), one child server per model, each loaded at
+    start but the ``unloaded`` ones (a request naming one loads it, in ``reload_seconds``).
     """
 
     metrics: bool = True
@@ -48,6 +49,8 @@ class LlamacppOptions:
     reload_seconds: float = 0.3
     initial_decodes: int = 0
     n_ctx: int = 2048  # per slot: the recorded server's n_ctx_slot
+    models: tuple[str, ...] = ()
+    unloaded: tuple[str, ...] = ()
 
 
 @dataclass

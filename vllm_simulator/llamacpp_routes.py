@@ -40,8 +40,8 @@ def is_inference(method: str, path: str) -> bool:
     return (method, path) in INFERENCE
 
 
-def dispatch(ex: Exchange, server: LlamacppServer, target: SplitResult, body: bytes) -> None:
-    """Answer one request as llama-server would."""
+def dispatch(ex: Exchange, server: LlamacppServer, target: SplitResult, body: bytes, index: int = 0) -> None:
+    """Answer one request as llama-server would; ``index``: the engine that is this server (a router's child)."""
     path = target.path
     if (ex.command, path) not in KNOWN:
         ex.close_connection = True
@@ -49,26 +49,26 @@ def dispatch(ex: Exchange, server: LlamacppServer, target: SplitResult, body: by
     elif path == "/health":
         _json(ex, 200, {"status": "ok"})
     elif path == "/metrics":
-        _metrics(ex, server)
+        _metrics(ex, server, index)
     elif path == "/props":
-        sleeping = server.is_sleeping(*_state(ex._proc))
+        sleeping = server.is_sleeping(*_state(ex._proc, index))
         _json(ex, 200, api.props(ex._sim.model, ex._sim.max_num_seqs, server.options, sleeping))
     elif path in ("/models", "/v1/models"):
         _json(ex, 200, api.models(ex._sim.model, server.options.n_ctx))
     elif path == "/slots":
-        _slots(ex, server, target.query)
+        _slots(ex, server, target.query, index)
     else:
-        _completion(ex, server, path, body)
+        _completion(ex, server, path, body, index)
 
 
-def page(server: LlamacppServer, proc: SimulatedProcess) -> tuple[bytes, int]:
+def page(server: LlamacppServer, proc: SimulatedProcess, index: int = 0) -> tuple[bytes, int]:
     """The /metrics body as one read sees it now, and its process's ``Process-Start-Time-Unix``."""
 
     def use(engines: Sequence[EngineCounters], entry: Scenario, start: float) -> tuple[bytes, float]:
-        engine = engines[0]
+        engine = engines[index]
         if not isinstance(engine, LlamacppEngine):
             raise TypeError("the llamacpp flavour's process holds LlamacppEngine")
-        running, waiting = proc.load(0)
+        running, waiting = proc.load(index)
         return render(engine, running, waiting), start
 
     body, start = proc.locked(use)
@@ -79,26 +79,26 @@ def _json(ex: Exchange, status: int, payload: Any) -> None:
     ex._send(status, json.dumps(payload, separators=(",", ":")).encode(), JSON)
 
 
-def _state(proc: SimulatedProcess) -> tuple[float, EngineMode, float]:
-    """(process start time, engine 0's mode, when the scenario began): what the sleep rules read."""
-    return proc.start_time(), proc.entry().mode(0), proc.entered()
+def _state(proc: SimulatedProcess, index: int) -> tuple[float, EngineMode, float]:
+    """(process start time, the engine's mode, when the scenario began): what the sleep rules read."""
+    return proc.start_time(), proc.entry().mode(index), proc.entered()
 
 
 def _gone(ex: Exchange) -> Callable[[], bool]:
     return lambda: ex._proc.is_gone() or ex._client_gone()
 
 
-def _hold(ex: Exchange) -> bool:
+def _hold(ex: Exchange, index: int) -> bool:
     """Wait while the loop is stopped between tasks (a task is never taken); False if the client or process left."""
     gone = _gone(ex)
-    while ex._proc.entry().mode(0) in STOPPED_IDLE:
+    while ex._proc.entry().mode(index) in STOPPED_IDLE:
         if gone():
             return False
         time.sleep(POLL_SECONDS)
     return True
 
 
-def _metrics(ex: Exchange, server: LlamacppServer) -> None:
+def _metrics(ex: Exchange, server: LlamacppServer, index: int) -> None:
     proc = ex._proc
     answer = proc.entry().metrics
     if not server.options.metrics or answer is MetricsAnswer.NOT_FOUND:  # started without --metrics
@@ -110,31 +110,31 @@ def _metrics(ex: Exchange, server: LlamacppServer) -> None:
     if answer is MetricsAnswer.SLOW and not proc.slow_wait(ex._sim.slow_seconds):
         ex._drop()
         return
-    if not server.is_sleeping(*_state(proc)) and not _hold(ex):  # asleep: the page cached at sleep, no task
+    if not server.is_sleeping(*_state(proc, index)) and not _hold(ex, index):  # asleep: cached at sleep, no task
         ex._drop()
         return
-    body, t_start = page(server, proc)
+    body, t_start = page(server, proc, index)
     ex._send(200, body, CONTENT_TYPE, headers={"Process-Start-Time-Unix": str(t_start)})
 
 
-def _slots(ex: Exchange, server: LlamacppServer, query: str) -> None:
+def _slots(ex: Exchange, server: LlamacppServer, query: str, index: int) -> None:
     """GET /slots: a task (wakes the server, restarts its idle timer), answered even from inside a decode."""
     proc = ex._proc
-    if not server.wake(*_state(proc), _gone(ex)):
+    if not server.wake(*_state(proc, index), _gone(ex)):
         ex._drop()
         return
     if not server.options.slots:  # --no-slots: refused once awake (create_response() waited for the wake)
         ex._send(501, api.error(501, "not_supported_error", api.SLOTS_OFF), JSON)
         return
-    if not _hold(ex):
+    if not _hold(ex, index):
         ex._drop()
         return
     server.task(proc.start_time())
     total = ex._sim.max_num_seqs
 
     def use(engines: Sequence[EngineCounters], entry: Scenario, start: float) -> list[dict[str, Any]]:
-        engine = engines[0]
-        running = min(total, proc.load(0)[0])
+        engine = engines[index]
+        running = min(total, proc.load(index)[0])
         decoded = engine.busy_decoded if isinstance(engine, LlamacppEngine) else 0
         task = engine.task_id if isinstance(engine, LlamacppEngine) else 0
         return api.slots(total, server.options.n_ctx, running, decoded, max(0, task - running + 1))
@@ -146,7 +146,7 @@ def _slots(ex: Exchange, server: LlamacppServer, query: str) -> None:
     _json(ex, 200, listed)
 
 
-def _completion(ex: Exchange, server: LlamacppServer, path: str, raw: bytes) -> None:
+def _completion(ex: Exchange, server: LlamacppServer, path: str, raw: bytes, index: int) -> None:
     """A completion task: wake the server if it sleeps, queue for a slot, answer once served."""
     try:
         body = json.loads(raw or b"{}")
@@ -160,11 +160,11 @@ def _completion(ex: Exchange, server: LlamacppServer, path: str, raw: bytes) -> 
         ex._send(400, api.error(400, "invalid_request_error", request.message), JSON)
         return
     proc = ex._proc
-    if not server.wake(*_state(proc), _gone(ex)):
+    if not server.wake(*_state(proc, index), _gone(ex)):
         ex._drop()
         return
     server.task(proc.start_time())
-    outcome = proc.complete(request.prompt_tokens, request.max_tokens, ex._client_gone, POLL_SECONDS)
+    outcome = proc.complete(request.prompt_tokens, request.max_tokens, ex._client_gone, POLL_SECONDS, engine=index)
     if outcome is not Outcome.SERVED:
         ex._drop()
         return

@@ -27,26 +27,37 @@ POLL_SECONDS = 0.05
 class LlamacppServer:
     """One llama-server's identity and sleep state, behind its own lock (taken after the process lock, never before)."""
 
-    def __init__(self, options: LlamacppOptions) -> None:
+    def __init__(self, options: LlamacppOptions, lag: float = 0.0) -> None:
         self.options = options
+        self._lag = lag  # how long after its process started it did (a router's children start one by one)
         self._cond = threading.Condition()
         self._start_time: float | None = None
         self._t_start_us = 0
         self._last_task = time.monotonic()
         self._asleep = False
         self._waking = False
+        self._born: float | None = None  # a router's child loaded anew: it started then, not with the router
 
     def _renew_locked(self, start_time: float) -> None:
         """A new process: awake, its start instant and idle timer taken from its start (on the monotonic clock)."""
         if self._start_time == start_time:
             return
         self._start_time = start_time
-        started = time.monotonic() - max(0.0, time.time() - start_time)
+        started = self._born if self._born is not None else \
+            time.monotonic() - max(0.0, time.time() - start_time) + self._lag
+        self._born = None
         self._t_start_us = max(int(started * 1e6), self._t_start_us + 1)
         self._last_task = started
         self._asleep = False
         self._waking = False
         self._cond.notify_all()
+
+    def reborn(self) -> None:
+        """A router loaded this child again: a new process from now on, whatever the router's start time."""
+        with self._cond:
+            self._start_time = None
+            self._born = time.monotonic()
+            self._cond.notify_all()
 
     def t_start_us(self, start_time: float) -> int:
         """The ``Process-Start-Time-Unix`` header of the process that started at ``start_time``."""

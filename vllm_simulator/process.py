@@ -54,7 +54,7 @@ class SimulatedProcess:
         self._engines = [engine_factory() for _ in range(engines)]
         self._http_counts: dict[tuple[str, str, str], tuple[float, float]] = {}  # key -> (count, created)
         self._requests: list[RecordedRequest] = []
-        self._real_waiting = 0
+        self._real_waiting: dict[int, int] = {}  # engine -> real requests queued for a slot
         self._stopping = False
         with self._cond:
             self._enter_locked(entry, restart=False)
@@ -81,6 +81,12 @@ class SimulatedProcess:
         """When (``time.monotonic()``) the entry in force was entered: the work of the one before ended then."""
         with self._cond:
             return self._since
+
+    def renew_engine(self, index: int) -> None:
+        """Engine ``index`` as a new process (a router's child just loaded): its counters made anew."""
+        with self._cond:
+            self._advance_locked(time.monotonic())
+            self._engines[index] = self._new_engine()
 
     def load(self, index: int = 0) -> tuple[int, int]:
         """(running, waiting) on engine ``index`` now, real requests queued for a slot included."""
@@ -148,34 +154,34 @@ class SimulatedProcess:
             return not self._cond.wait_for(self._gone_locked, timeout=seconds)
 
     def complete(
-        self, prompt_tokens: int, max_tokens: int, client_gone: Callable[[], bool], poll: float
+        self, prompt_tokens: int, max_tokens: int, client_gone: Callable[[], bool], poll: float, engine: int = 0
     ) -> Outcome:
-        """Wait for a slot on engine 0 like vLLM's scheduler would, then serve the request at once.
+        """Wait for a slot on ``engine`` (vLLM's: 0) like vLLM's scheduler would, then serve the request at once.
 
         The request counts as waiting while it queues; ``engine.admits`` says when it gets a slot. Every
         ``poll`` seconds it looks whether the client hung up: then it leaves the queue, as vLLM aborts it.
         """
         with self._cond:
             enqueued = time.monotonic()
-            self._real_waiting += 1
+            self._real_waiting[engine] = self._real_waiting.get(engine, 0) + 1
             try:
                 while True:
                     if self._gone_locked():
                         return Outcome.DROP
-                    mode = self._entry.mode(0)
+                    mode = self._entry.mode(engine)
                     if mode is EngineMode.SLEEPING:
                         return Outcome.SLEEPING
                     now = time.monotonic()
                     queued_for = now - max(enqueued, self._since)
                     if admits(mode, self.max_num_seqs, queued_for, self.busy_queue_seconds):
                         self._advance_locked(now)
-                        self._engines[0].serve(prompt_tokens, max_tokens)
+                        self._engines[engine].serve(prompt_tokens, max_tokens)
                         return Outcome.SERVED
                     self._cond.wait(poll)
                     if client_gone():
                         return Outcome.GONE
             finally:
-                self._real_waiting -= 1
+                self._real_waiting[engine] -= 1
 
     # --- the page ----------------------------------------------------------------------------------------------
 
@@ -201,8 +207,7 @@ class SimulatedProcess:
     def _engine_view_locked(self, index: int) -> EngineView:
         mode = self._entry.mode(index)
         running, waiting = background(mode, self.max_num_seqs)
-        if index == 0:
-            waiting += self._real_waiting
+        waiting += self._real_waiting.get(index, 0)
         return EngineView(self._engines[index], running, waiting, asleep=mode is EngineMode.SLEEPING,
                           deferred=waiting if mode in (EngineMode.DEFERRED, EngineMode.DEFERRED_HUNG) else 0)
 
