@@ -1,7 +1,8 @@
 """The installed check against the simulator's llama.cpp flavour (llama-server b11434, read from its source and its
 recorded pages: tests/fixtures/real/llamacpp/README.md): each engine on its own terms. Its metrics are off without
 --metrics (501), it sleeps after --sleep-idle-seconds (and a probe would wake it), its page prints 6 significant
-digits (a counter past 10^6 proves no stall), and its process is named by the Process-Start-Time-Unix header."""
+digits (a counter past 10^6 proves no stall), and its process is named by the Process-Start-Time-Unix header. In
+router mode (--models-dir) each loaded model is one engine, and the check never makes the router load a model."""
 
 from __future__ import annotations
 
@@ -144,3 +145,30 @@ def test_restart_told_by_the_start_header_alone_then_dead_is_down(make_sim, run_
     sim.set_scenario("dead")
     r = run_check("-u", sim.url, *FAST)
     assert (r.code, r.word) == (CRITICAL, "down"), r.out
+
+
+ROUTER = {"models": ("alpha", "beta", "gamma"), "unloaded": ("gamma",)}
+
+
+def states(sim: Simulator) -> dict[str, str]:
+    return {m["id"]: m["status"]["value"] for m in httpx.get(f"{sim.url}/v1/models", timeout=5).json()["data"]}
+
+
+def test_router_idle_probes_a_loaded_model_and_never_loads_one(make_sim, run_check):
+    sim = make_sim(**ROUTER)
+    for _ in range(2):
+        r = run_check("-u", sim.url, *FAST)
+        assert (r.code, r.word) == (OK, "idle") and r.first.startswith("LLAMACPP OK - idle"), r.out
+        time.sleep(0.4)
+    assert states(sim) == {"alpha": "loaded", "beta": "loaded", "gamma": "unloaded"}
+
+
+def test_router_one_model_stuck_is_critical_naming_it(make_sim, run_check):
+    sim = make_sim("busy", **ROUTER)
+    time.sleep(0.3)
+    assert run_check("-u", sim.url, *FAST, *STUCK).word == "busy"
+    sim.set_scenario("dp_one_frozen")  # alpha goes on, beta stops inside a decode
+    runs = until_critical(sim, run_check, *STUCK)
+    assert_warned_then_stuck(runs)
+    assert "beta" in runs[-1].status and "alpha" in runs[-1].status, runs[-1].out
+    assert sim.inference_requests() == [] and states(sim)["gamma"] == "unloaded"
