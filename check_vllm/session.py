@@ -14,7 +14,7 @@ from check_vllm.contract.engines import AUTO, VLLM
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.verdict import Verdict
-from check_vllm.memory import codec
+from check_vllm.memory import codec, prune
 from check_vllm.memory.marker import load_marker, marker_path
 from check_vllm.memory.statefile import StateBusy, StateError, StateFile, StateRefused, check_file, served_before
 from check_vllm.observe import observe
@@ -86,6 +86,7 @@ def session(run: Run, alone_when_refused: bool = False, held: StateFile | None =
         if not unsaved:
             try:
                 store.save(codec.to_json(verdict.memory))
+                prune.sweep(store.path.parent)  # gone containers' files, a few a run
             except StateError as err:
                 unsaved = f"state not saved: {err}"
     except Exception as err:  # noqa: BLE001 - the run's -t (Deadline) or a bug: the front end words it
