@@ -82,6 +82,9 @@ LLAMACPP_STEPS = (
               options=LlamacppOptions(sleep_idle_seconds=1.0), idle_first=1.3),
     _llamacpp("six digits", "busy after 1.2e9 decodes, --no-slots: n_decode_total prints 1.2e+09 and shows no step",
               "busy", 2, options=LlamacppOptions(initial_decodes=1_200_000_000, slots=False)),
+    _llamacpp("router", "--models-dir: alpha and beta loaded, gamma not; beta stops inside a decode (never loads gamma)",
+              "dp_one_frozen", 3, from_busy=True, options=LlamacppOptions(models=("alpha", "beta", "gamma"),
+                                                                           unloaded=("gamma",))),
 )
 #: SGLang's tour: its work gauges lag (written after a batch, every 40 decode steps), its counters do not.
 SGLANG_STEPS = (
@@ -142,6 +145,9 @@ def engine_tour(tmp: str, heading: str, steps: tuple[EngineStep, ...]) -> None:
             if step.options is not None and step.options.sleep_idle_seconds is not None:
                 asleep = httpx.get(f"{sim.url}/props", timeout=5).json()["is_sleeping"]
                 print(f"   GET /props is_sleeping after the runs: {str(asleep).lower()}")
+            if step.options is not None and step.options.models:
+                listed = httpx.get(f"{sim.url}/v1/models", timeout=5).json()["data"]
+                print(f"   GET /v1/models after the runs: {', '.join(m['id'] + ' ' + m['status']['value'] for m in listed)}")
             print()
 
 
