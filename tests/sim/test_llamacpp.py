@@ -184,14 +184,14 @@ def test_process_start_header_is_an_integer_that_changes_only_on_restart(make_si
 
 def test_sleeps_after_the_idle_seconds_whatever_metrics_props_health_and_models_ask(
         make_sim: Callable[..., Simulator]) -> None:
-    sim = make_sim(LlamacppOptions(sleep_idle_seconds=0.8))
+    sim = make_sim(LlamacppOptions(sleep_idle_seconds=1.2))
     started = time.monotonic()
     while time.monotonic() - started < 0.6:  # none of these is a task that resets the timer
         for path in ("/metrics", "/props", "/health", "/v1/models"):
             assert httpx.get(f"{sim.url}{path}", timeout=5).status_code == 200
         assert not sleeping(sim)
         time.sleep(0.1)
-    time.sleep(0.35)
+    time.sleep(max(0.0, 1.3 - (time.monotonic() - started)))
     assert sleeping(sim)
     page = httpx.get(f"{sim.url}/metrics", timeout=5)  # answered from the cache, no wake
     assert page.status_code == 200 and sleeping(sim)
@@ -199,8 +199,8 @@ def test_sleeps_after_the_idle_seconds_whatever_metrics_props_health_and_models_
 
 
 def test_a_completion_wakes_it_after_the_reload_and_restarts_the_timer(make_sim: Callable[..., Simulator]) -> None:
-    sim = make_sim(LlamacppOptions(sleep_idle_seconds=0.6, reload_seconds=0.3))
-    time.sleep(0.7)
+    sim = make_sim(LlamacppOptions(sleep_idle_seconds=1.0, reload_seconds=0.3))
+    time.sleep(1.1)
     assert sleeping(sim)
     began = time.monotonic()
     assert complete(sim).status_code == 200
@@ -208,7 +208,7 @@ def test_a_completion_wakes_it_after_the_reload_and_restarts_the_timer(make_sim:
     assert not sleeping(sim)
     time.sleep(0.4)
     assert not sleeping(sim)  # 0.4 s after the completion: the timer started again at it
-    time.sleep(0.3)
+    time.sleep(0.8)
     assert sleeping(sim)
 
 
@@ -223,13 +223,13 @@ def test_slots_is_a_task_that_wakes_it_too(make_sim: Callable[..., Simulator]) -
 
 def test_work_keeps_it_awake_and_idle_time_counts_from_the_end_of_the_work(
         make_sim: Callable[..., Simulator]) -> None:
-    sim = make_sim(LlamacppOptions(sleep_idle_seconds=0.5), scenario="busy")
-    time.sleep(0.7)
+    sim = make_sim(LlamacppOptions(sleep_idle_seconds=1.0), scenario="busy")
+    time.sleep(1.2)
     assert not sleeping(sim)
     sim.set_scenario("idle")
     time.sleep(0.3)
     assert not sleeping(sim)
-    time.sleep(0.3)
+    time.sleep(0.9)
     assert sleeping(sim)
 
 
