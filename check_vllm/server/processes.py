@@ -129,39 +129,50 @@ def server_at(port: int, user: int | None = None) -> ServerProcess | None:
 
 #: What a proxy answers while the server behind it does not: nginx 502 or 504, Caddy 502 or 503, HAProxy 503.
 GATEWAY = (502, 503, 504)
+#: Reverse proxies by their program's name (/proc/PID/comm): only behind one of these is the one engine server of
+#: this host taken for the server behind the URL (any other program answering a 5xx may be anything).
+PROXIES = frozenset({"nginx", "haproxy", "caddy", "envoy", "traefik", "httpd", "apache2", "lighttpd", "h2o",
+                     "litellm", "oauth2-proxy", "varnishd", "openresty"})
 
 
 def by_command_line(port: int, server_port: int | None = None, user: int | None = None,
                     status: int | None = None) -> Witness | None:
     """The vLLM API server process here whose command line (or --config file) serves `port` (or `server_port`,
     the port vLLM listens on behind a proxy that holds the URL's), of `user` when given, in this network
-    namespace. When another program holds the URL's port (nginx for TLS or auth), the one vLLM API server of
-    this host is the witness, said so; several are named for the operator to choose from; none here makes
-    the host no witness (None): the proxy may front another host. `status`: what the URL answered; a proxy's
-    (GATEWAY) with no server named gets said what holds the port and how to name the server. Finding none is proof of none only when the
-    host saw all it needs (blind): otherwise a Witness that says what it cannot see."""
+    namespace. When another program holds the URL's port (nginx for TLS or auth) and answered a 5xx (`status`,
+    GATEWAY): with --server-user, that user's one engine server; with no option and a reverse proxy (PROXIES),
+    this host's one engine server, as a guess (_the_one_here); else what holds the port and how to name the
+    server. Finding none is proof of none only when the host saw all it needs (blind): otherwise a Witness that
+    says what it cannot see."""
     servers, untold, elsewhere = _api_servers(user)
     found = _oldest(servers.get(server_port or port, []), "command line")
     if found is not None:
         return Witness(found)
     holder = "" if server_port else procfs.holder(port, is_api_server)
     if holder:
-        return _behind(f"port {port} is held by {holder}, not an engine's server", servers, untold, elsewhere, user, status)
+        held = f"port {port} is held by {holder}, not an engine's server"
+        if user is not None:
+            return _behind(held, servers, untold, elsewhere)
+        if status not in GATEWAY:
+            return None  # the program may front another host
+        if holder.split(" (pid ")[0] in PROXIES:  # a reverse proxy's 5xx and no option naming the server
+            return _the_one_here(held, servers, untold)
+        return Witness(error=f"{held}: {NAME_IT}")
     why = blind(untold + elsewhere)
     return Witness(error=f"{why}: no proof there is none ({ADVICE})") if why else Witness()
 
 
+#: How an operator names the server behind a proxy on this host.
+NAME_IT = ("name the server behind it with --server-port or --server-user (or --pid-file, --pid-command) for this "
+           "host to witness its start")
 #: How an operator names the server's process where the host cannot tell it.
 ADVICE = "name it with --server-user, --server-port, --pid-file or --pid-command"
 
 
-def _behind(held: str, servers: dict[int, list[int]], untold: list[str], elsewhere: list[str],
-            user: int | None, status: int | None) -> Witness | None:
-    """The URL's port is another program's (a TLS or auth proxy): the vLLM behind it is this host's to witness
-    only when it can be told which, the one API server of the server's user (--server-user) in this network
-    namespace; it may as well be on another host, or in a container (then it cannot be told)."""
-    if user is None:
-        return None if status not in GATEWAY else _the_one_here(held, servers, untold)
+def _behind(held: str, servers: dict[int, list[int]], untold: list[str], elsewhere: list[str]) -> Witness:
+    """The URL's port is another program's (a TLS or auth proxy) and --server-user names the server's user: the
+    one engine server of that user in this network namespace is the witness; it may as well be on another host,
+    or in a container (then it cannot be told)."""
     if untold or (elsewhere and not servers):
         return Witness(error=f"{held}; {blind(untold + elsewhere)}: no proof there is none ({ADVICE})")
     if len(servers) > 1:
@@ -177,7 +188,8 @@ def _behind(held: str, servers: dict[int, list[int]], untold: list[str], elsewhe
 
 
 def _the_one_here(held: str, servers: dict[int, list[int]], untold: list[str]) -> Witness:
-    """A proxy here answers for a server (GATEWAY) and no option names it: exactly one engine server on this host
+    """A reverse proxy here (PROXIES) answers a 5xx (GATEWAY) and no option names the server behind it: exactly one
+    engine server on this host
     (any user, this network namespace) is taken as the witness of its start, said so (tentative: believed only
     while it is young and has not served); several are listed for the operator, and no verdict rests on any."""
     if len(servers) == 1 and not untold:
@@ -191,8 +203,7 @@ def _the_one_here(held: str, servers: dict[int, list[int]], untold: list[str]) -
                            for port, pids in sorted(servers.items())[:5])
         return Witness(error=f"{held}; this host's engine servers: {listed}: name the one behind it with "
                              "--server-port")
-    return Witness(error=f"{held}: name the server behind it with --server-port or --server-user (or --pid-file, "
-                         "--pid-command) for this host to witness its start")
+    return Witness(error=f"{held}: {NAME_IT}")
 
 
 def _hidden_proc() -> bool:

@@ -86,10 +86,13 @@ class Namespace:
     """A network namespace of its own, held by a proxy answering 502 on `front`; what runs in it goes through
     nsenter."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, comm: str = "nginx") -> None:
         self.front = free_port()
+        # the stand-in proxy goes by a reverse proxy's program name (its comm), as the host sees one; the real
+        # nginx before a loading server is the fleet tier's (tests/fleet/test_proxies.py)
+        named = f"open('/proc/self/comm', 'w').write({comm!r})\n{PROXY}"
         self.proxy = subprocess.Popen(["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh",
-                                       sys.executable, "-c", PROXY, str(self.front)])
+                                       sys.executable, "-c", named, str(self.front)])
         self.enter = ("nsenter", f"--net=/proc/{self.proxy.pid}/ns/net")
         self.vllm = tmp_path / "bin" / "vllm"
         self.vllm.parent.mkdir(parents=True, exist_ok=True)
@@ -183,6 +186,21 @@ def test_the_guess_proves_a_start_only(ns: Namespace, tmp_path: Path):
         time.sleep(0.5)
     assert all(r.word == "unresponsive" for r in runs), [r.first for r in runs]
     assert runs[-1].code == 2, [r.first for r in runs]
+
+
+def test_a_program_that_is_no_reverse_proxy_is_no_reason_to_guess(tmp_path: Path):
+    """Only behind a reverse proxy's 5xx (its program's name) is the one engine server here the guess: any other
+    program answering 502 on the URL's port (an application, a test's stand-in) says what holds the port and how
+    to name the server, as before."""
+    other = Namespace(tmp_path, comm="python3")
+    try:
+        other.loader(free_port())
+        r = other.check(tmp_path / "s7")
+        assert (r.code, r.word) == (1, "unresponsive"), r.first
+        assert "is held by python3 (pid " in r.status and "name the server behind it with --server-port" in r.status, \
+            r.first
+    finally:
+        other.close()
 
 
 def test_behind_a_local_proxy_with_no_option_several_engine_servers_are_listed_not_guessed(ns: Namespace,
