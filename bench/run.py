@@ -13,7 +13,9 @@
    slot is taken (target: check_vllm < 1 s with zero inference requests, the probe waits);
 4. requests and bytes one steady-state run exchanges, restricted page vs whole page (target: one GET,
    < 2 KB on the wire); 4b-4e: an orchestrator's exec probe (judging, the agent's httpGet, --agent, and the
-   shipped pair sharing one reading with --reuse-verdict), as a share of one core (the line is 2 %);
+   shipped pair sharing one reading with --reuse-verdict), as a share of one core (the line is 2 %); 4f: the
+   same against the simulator's SGLang and llama.cpp flavours (whole pages; llama.cpp past 10^6 decodes reads
+   /slots too);
 5. with a real vLLM venv (.ci/vllm-env.sh): the API server's CPU per steady-state run and the bytes on the
    wire, restricted vs whole page (target <= 3 ms). The real server runs under the exclusive lock
    /tmp/check_vllm-heavy.lock, as every real-vLLM run on these machines does.
@@ -245,6 +247,27 @@ def bench_traffic(state: Path, args: tuple[str, ...] = (), **flavour: Any) -> di
     return out
 
 
+def bench_engines(state: Path) -> dict[str, dict[str, Any]]:
+    """Steady-state traffic against the simulator's other flavours, busy: SGLang's, llama.cpp's, and llama.cpp's
+    past 10^6 decodes (its counters printed rounded: /slots read too)."""
+    from vllm_simulator import LlamacppOptions
+
+    flavours = {"SGLang 0.5.23": ({"flavour": "sglang"}, ("--engine", "sglang")),
+                "llama.cpp b11434": ({"flavour": "llamacpp"}, ()),
+                "llama.cpp b11434 past 10^6 decodes": (
+                    {"flavour": "llamacpp", "llamacpp": LlamacppOptions(initial_decodes=1_200_000_000)}, ())}
+    out: dict[str, dict[str, Any]] = {}
+    for n, (name, (flavour, args)) in enumerate(flavours.items()):
+        with Simulator(scenario="busy", **flavour) as sim:
+            got: dict[str, Any] = dict(traffic(sim.port, state / "engines" / str(n), "whole", args=args,
+                                               before=sim.clear_requests))
+            got["requests"] = len(sim.requests()) / 5
+            got["inference"] = len(sim.inference_requests())
+            got["paths"] = sorted({r.path for r in sim.requests()})
+        out[name] = got
+    return out
+
+
 def bench_probe(reps: int, state: Path) -> dict[str, Any]:
     """One `check_vllm --probe` run, as the kubelet runs it inside the vLLM container (steady state, busy
     simulator): wall time, CPU of the probe process (user + system), bytes on the wire; and what liveness plus
@@ -473,11 +496,12 @@ def main() -> None:
                   f"{total:.0f} in all; {got['inference']:.0f} inference requests")
         ratio = (t["whole"]["sent"] + t["whole"]["received"]) / (t["restricted"]["sent"] + t["restricted"]["received"])
         print(f"   the restricted page: {ratio:.0f} x fewer bytes (target: one GET, < 2 KB)\n")
-        t = bench_traffic(state / "sglang", ("--engine", "sglang"), flavour="sglang")
-        sizes = {page: got["sent"] + got["received"] for page, got in t.items()}
-        print(f"4f. the same against the simulator's SGLang 0.5.23 flavour (its own restricted page once a page said "
-              f"SGLang): restricted {sizes['restricted']:.0f} bytes, whole {sizes['whole']:.0f} bytes a run: "
-              f"{sizes['whole'] / sizes['restricted']:.0f} x fewer\n")
+        print("4f. the other engines: bytes of a steady-state busy run, each read by its whole page (SGLang's restricted "
+              "page is empty by construction, llama.cpp has none)")
+        for name, got in bench_engines(state).items():
+            print(f"   {name:44} {got['requests']:.1f} HTTP requests ({', '.join(got['paths'])}), "
+                  f"{got['sent'] + got['received']:.0f} bytes; {got['inference']:.0f} inference requests")
+        print()
 
         pr = bench_probe(args.reps, state)
         print("4b. one orchestrator probe run (check_vllm --probe, busy simulator, steady state; docs/probes.md)")
