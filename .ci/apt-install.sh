@@ -18,6 +18,12 @@ apt_install() {
         chmod 0755 /usr/sbin/policy-rc.d
     fi
     local lock=(-o DPkg::Lock::Timeout=600)
+    # a dpkg run killed half-way (a CI run stopped mid-install) leaves every later install refused ("dpkg was
+    # interrupted, you must manually run 'dpkg --configure -a'"): finish it first
+    if [ -n "$(dpkg --audit 2>/dev/null)" ]; then
+        echo "[$tag] dpkg was interrupted: dpkg --configure -a" >&2
+        DEBIAN_FRONTEND=noninteractive timeout 900 dpkg --configure -a >/dev/null 2>&1 || true
+    fi
     echo "[$tag] apt-get update" >&2
     DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" update -qq \
         || { echo "[$tag] FAILED: apt-get update failed" >&2; return 1; }
