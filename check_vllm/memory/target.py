@@ -73,7 +73,8 @@ def server_key(url: str) -> str:
     0.0.0.0:8000 in two containers (two namespaces) is two servers; their probes sharing one state volume must
     never read each other's memory."""
     key = canonical_url(url)
-    ns = network_namespace() if urlsplit(key).hostname == LOOPBACK or is_local(url) else None
+    ns = network_namespace() if urlsplit(key).hostname == LOOPBACK or is_local(url, resolve=False) \
+        else None
     return f"{key} {ns}" if ns else key
 
 

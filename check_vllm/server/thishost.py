@@ -12,14 +12,18 @@ import socket
 from urllib.parse import urlsplit
 
 
-def is_local(url: str) -> bool:
-    """The URL's host is this host: a loopback name or address, or an address a socket here can bind."""
+def is_local(url: str, resolve: bool = True) -> bool:
+    """The URL's host is this host: a loopback name or address, this host's own name, or an address a socket here
+    can bind. `resolve` False: a name is not looked up (the state key of every run: a resolver's delay there would
+    come before any request and outside -t; the witness, asked only on a failure, resolves)."""
     host = (urlsplit(url).hostname or "").rstrip(".").lower()
-    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
+    if host in ("localhost", "localhost.localdomain", socket.gethostname().lower()) or host.endswith(".localhost"):
         return True
     try:
         addresses = [ipaddress.ip_address(host)]
     except ValueError:
+        if not resolve:
+            return False
         try:
             infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
         except (OSError, UnicodeError):
