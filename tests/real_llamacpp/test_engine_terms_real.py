@@ -63,6 +63,17 @@ class Flagged(LlamaServer):
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def log_once(self, *counts: tuple[re.Pattern[str], int], timeout: float = 10.0) -> str:
+        """The log once each (line, n) is in it n times: llama.cpp's logger writes from its own thread (common/log.cpp's
+        worker), so an answered request's lines may land after its answer. Returns the log as it stands then (the
+        callers assert the exact counts on it)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.log()
+            if all(len(line.findall(text)) >= n for line, n in counts) or time.monotonic() > deadline:
+                return text
+            time.sleep(0.1)
+
     def sleeping(self) -> bool:
         """GET /props's `is_sleeping` (answered from a cache while it sleeps: no task, wakes nothing)."""
         return self.get("/props", timeout=5).json()["is_sleeping"] is True
@@ -167,7 +178,7 @@ def test_sleep_idle_seconds_is_let_sleep_no_probe_no_wake(llama, tmp_path: Path)
 
     try:
         every_2s(lambda r: False, 20)
-        loop_log = srv.log()
+        loop_log = srv.log_once((ASLEEP_LINE, 1))
         first = timeline(seen, props)
         assert rec.inference() == [], (rec.seen, first)
         assert len(TASK_LINE.findall(loop_log)) == 0, "no completion reached the server"
@@ -189,7 +200,7 @@ def test_sleep_idle_seconds_is_let_sleep_no_probe_no_wake(llama, tmp_path: Path)
         woke_at = time.monotonic()
         props.append("(client's completion answered)")
         seen.append((woke_at - t0, Result(0, "-- a client's POST /v1/completions: 200 --", "")))
-        after = srv.log()
+        after = srv.log_once((WAKE_LINE, 1), (TASK_LINE, 1))
         assert len(WAKE_LINE.findall(after)) == 1 and len(TASK_LINE.findall(after)) == 1, after[-2000:]
         fell_asleep.clear()
         first_after = len(seen)
@@ -201,7 +212,7 @@ def test_sleep_idle_seconds_is_let_sleep_no_probe_no_wake(llama, tmp_path: Path)
         # the run right after the completion found it awake and idle: not probed, by its command line
         assert props[first_after] == "is_sleeping False" and "sleeps after" in seen[first_after][1].status, second
         assert seen[-1][1].first.startswith("LLAMACPP OK - idle: asleep: "), second
-        final = srv.log()
+        final = srv.log_once((ASLEEP_LINE, 2))
         assert rec.inference() == [], rec.seen
         assert len(WAKE_LINE.findall(final)) == 1 and len(TASK_LINE.findall(final)) == 1, "only the client's"
         assert len(ASLEEP_LINE.findall(final)) == 2, final[-2000:]
