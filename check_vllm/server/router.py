@@ -9,8 +9,9 @@ yet). Nothing here raises: a Reading, or the Failure that says why there is none
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import quote
 
 from check_vllm.contract.engines import BY_KEY, Engine
@@ -22,11 +23,32 @@ from check_vllm.server.fetch import request
 from check_vllm.server.fetch_errors import FetchError
 
 if TYPE_CHECKING:
-    from check_vllm.server.calls import Calls
+    import httpx
+
+    from check_vllm.contract.defaults import Options
+    from check_vllm.server.fetch import Endpoint
 
 #: Models read at most in one reading (a router runs --models-max, 4 by default, at once): a listing of thousands
 #: is no reason for thousands of requests.
 MAX_MODELS = 32
+
+
+class Caller(Protocol):
+    """What a router's read uses of the observation's calls (check_vllm.server.calls.Calls is them, and reads a
+    router through this module): its client, each timeout cut to its deadline, the slots' mark, the liveness call;
+    and the engine row a probe asks, which a read sets."""
+
+    client: httpx.Client
+    endpoint: Endpoint
+    options: Options
+    doing: Callable[[str], None]
+    engine: Engine
+
+    def left(self, cap: float | None) -> float: ...
+
+    def exact(self, got: Reading, route: str) -> Reading: ...
+
+    def liveness(self, kind: str, detail: str) -> Failure: ...
 
 
 class Listed(NamedTuple):
@@ -80,7 +102,7 @@ def listed(doc: Any, row: Engine) -> Listed | None:
     return Listed(tuple(serving), tuple(sleeping), others)
 
 
-def _listing(calls: Calls, row: Engine, said: str) -> Listed | Failure:
+def _listing(calls: Caller, row: Engine, said: str) -> Listed | Failure:
     """GET the router's listing: its models, or the Failure of a listing that failed or says nothing."""
     route = row.routes.router.models
     calls.doing(f"GET {route}")
@@ -96,7 +118,7 @@ def _listing(calls: Calls, row: Engine, said: str) -> Listed | Failure:
     return got
 
 
-def read(calls: Calls, row: Engine) -> Reading | Failure:
+def read(calls: Caller, row: Engine) -> Reading | Failure:
     """One reading of every model the router has loaded (a page each), merged; `calls.engine` becomes the row
     with the routes of the model a probe would ask (its no-load query on each)."""
     said = f"{row.name}'s router serves /metrics per model"
