@@ -17,7 +17,8 @@ Nothing here is meant for production; it only depends on the standard library an
 
 Modules: ``scenarios`` (the table), ``engine`` (one engine's counters and rates), ``process`` (the simulated
 process behind the lock), ``vllm_families`` and ``page`` (the /metrics page), ``openai_api`` (request and
-response bodies), ``handler`` and ``listener`` (HTTP and the socket), ``core`` (``Simulator``), ``cli``.
+response bodies), ``handler``, ``control`` and ``listener`` (HTTP, the ``/_sim/`` endpoints and the socket),
+``face`` (what those use of the simulator), ``core`` (``Simulator``), ``cli``.
 
 ``Simulator(flavour="sglang")`` (``--flavour sglang``) answers as SGLang 0.5.23 does instead, read from its source:
 ``sglang_engine`` (what a scheduler counts and when it writes its gauges), ``sglang_series``, ``sglang_families``

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 from .scenarios import BY_NAME, SCENARIOS, parse_switch
 
 if TYPE_CHECKING:
-    from .core import Simulator
+    from .face import Face
 
 
-def answer(sim: Simulator, method: str, path: str, raw: bytes, connection: socket.socket) -> tuple[int, Any, bool]:
+def answer(sim: Face, method: str, path: str, raw: bytes, connection: socket.socket) -> tuple[int, Any, bool]:
     """(status, JSON payload, whether to close this connection after the answer)."""
     if path == "/_sim/requests" and method == "GET":
         return 200, [{"method": r.method, "path": r.path, "at": r.at} for r in sim.requests()], False
@@ -30,7 +30,7 @@ def answer(sim: Simulator, method: str, path: str, raw: bytes, connection: socke
     return 404, {"detail": "Not Found"}, False
 
 
-def _set_scenario(sim: Simulator, raw: bytes, connection: socket.socket) -> tuple[int, Any, bool]:
+def _set_scenario(sim: Face, raw: bytes, connection: socket.socket) -> tuple[int, Any, bool]:
     """``POST /_sim/scenario`` with ``{"scenario": name, "seconds": s, "then": name}`` (the last two optional)."""
     try:
         name, seconds, then = parse_switch(raw)
@@ -40,7 +40,7 @@ def _set_scenario(sim: Simulator, raw: bytes, connection: socket.socket) -> tupl
     # after the answer is refused; this connection is spared and closed after the answer.
     close = not BY_NAME[name].listening
     try:
-        sim._set_scenario(name, seconds=seconds, then=then, keep=connection)
+        sim.set_scenario(name, seconds=seconds, then=then, keep=connection)
     except ValueError as exc:
         return 400, {"error": str(exc), "scenarios": list(SCENARIOS)}, close
     return 200, {"scenario": name}, close

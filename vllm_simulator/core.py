@@ -162,18 +162,14 @@ class Simulator:
 
     # --- scenarios ---------------------------------------------------------------------------------------------
 
-    def set_scenario(self, name: str, *, seconds: float | None = None, then: str = "idle") -> None:
-        """Switch scenario now (thread-safe); with ``seconds``, switch to ``then`` after that long.
+    def set_scenario(self, name: str, *, seconds: float | None = None, then: str = "idle",
+                     keep: socket.socket | None = None) -> None:
+        """Switch scenario now (thread-safe); with ``seconds``, switch to ``then`` after that long. A port that
+        closes spares connection ``keep`` (the control call that asked for the switch answers on it).
 
         The timed form exists for subprocess tests: a simulator made ``dead`` over HTTP cannot be reached to
         bring it back, so it brings itself back.
         """
-        self._set_scenario(name, seconds=seconds, then=then)
-
-    def _set_scenario(
-        self, name: str, *, seconds: float | None, then: str, keep: socket.socket | None = None
-    ) -> None:
-        """set_scenario, sparing connection ``keep`` when the port closes (the control call that asked for it)."""
         entry = self._checked(name)
         self._checked(then)
         with self._life:
@@ -215,7 +211,7 @@ class Simulator:
         """The watchdog fired: the server process tree is gone, as the scenario ``dead`` has it."""
         with self._life:
             if generation == self._generation and not self._process.stopping:
-                self._set_scenario("dead", seconds=None, then="idle")
+                self.set_scenario("dead")
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:

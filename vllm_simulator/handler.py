@@ -27,8 +27,7 @@ from .exchange import read_body
 from .scenarios import MetricsAnswer
 
 if TYPE_CHECKING:
-    from .core import Simulator
-    from .listener import TrackingServer
+    from .face import Face, Host
     from .process import SimulatedProcess
 
 #: How often waiting code looks again: the serve loop's poll, a queued request's check for a hung-up client.
@@ -48,11 +47,11 @@ class Handler(BaseHTTPRequestHandler):
     last_status: int | None = None  # of the last response sent on this connection
 
     @property
-    def _server(self) -> TrackingServer:
-        return cast("TrackingServer", self.server)
+    def _server(self) -> Host:
+        return cast("Host", self.server)
 
     @property
-    def _sim(self) -> Simulator:
+    def _sim(self) -> Face:
         return self._server.simulator
 
     @property

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 from .handler import WAIT_SLICE_SECONDS, Handler
 
 if TYPE_CHECKING:
-    from .core import Simulator
+    from .face import Face
     from .process import SimulatedProcess
 
 
 class Listener:
     """One bound socket served from a daemon thread; a simulator opens a new one each time it comes back up."""
 
-    def __init__(self, simulator: Simulator, process: SimulatedProcess, host: str, port: int) -> None:
+    def __init__(self, simulator: Face, process: SimulatedProcess, host: str, port: int) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._server = TrackingServer((host, port), Handler, simulator=simulator, process=process, family=family)
         self.port = int(self._server.server_address[1])
@@ -54,7 +54,7 @@ class TrackingServer(ThreadingHTTPServer):
         address: tuple[str, int],
         handler: type[BaseHTTPRequestHandler],
         *,
-        simulator: Simulator,
+        simulator: Face,
         process: SimulatedProcess,
         family: socket.AddressFamily,
     ) -> None:
