@@ -81,7 +81,7 @@ def _witness(calls: Calls, failure: Failure) -> Witness | None:
     """What the host sees of the server's process."""
     from check_vllm.server import host
 
-    calls.doing("looking for the server's process")
+    calls.doing("the server's process (the host's witness)")
     return host.witness(calls.endpoint.url, calls.options, failure.status)
 
 

@@ -39,6 +39,10 @@ K_START, K_END = "<!-- soak-run:start -->", "<!-- soak-run:end -->"
 E_START, E_END = "<!-- exit-codes:start -->", "<!-- exit-codes:end -->"
 O_START, O_END = "<!-- shared-options:start -->", "<!-- shared-options:end -->"
 G_START, G_END = "<!-- engine-row:start -->", "<!-- engine-row:end -->"
+NETDATA_DOC = USAGE.parent / "netdata.md"
+N_START, N_END = "<!-- netdata-keys:start -->", "<!-- netdata-keys:end -->"
+NETDATA_CONF = USAGE.parent.parent / "contrib" / "netdata" / "vllm.conf"
+C_START, C_END = "# keys:start (generated from the option table: tools/update_readme.py)", "# keys:end"
 #: Each engine's page (docs/), by its row's key: its row's table is generated into it.
 ENGINE_PAGES = {"vllm": "versions.md", "llamacpp": "llamacpp.md", "sglang": "sglang.md"}
 #: What ends a run with each code besides the verdict words that carry it (the contract table owns those).
@@ -110,6 +114,50 @@ def shared_options() -> str:
         lines.append(f"| `{row.flag}` | {key} | {default} | {span} | "
                      + " | ".join("yes" if f in row.fronts else "" for f in fronts) + " |")
     return "\n".join(lines)
+
+
+def _job_key(row) -> tuple[str, str, str]:
+    """A Netdata job key's name, default and meaning, from its row (check_vllm.netdata.config.KEY_ROWS)."""
+    import re
+
+    from check_vllm.front.option_table import FLAG
+
+    default = ("yes" if row.default else "no") if row.kind == FLAG else "(required)" if row.dest == "url" else \
+        "Netdata's" if row.dest == "update_every" else "none" if row.default is None else \
+        f"{row.default:g}" if isinstance(row.default, float) else f"{row.default}"
+    meaning = re.sub(r" ?\(default: %\(default\)[sg]\)|;? ?default: Netdata's update_every", "", row.help)
+    return row.dest, default, meaning.replace("%%", "%").replace("(required)", "").strip()
+
+
+def netdata_keys() -> str:
+    """docs/netdata.md's table of a job's keys: the option table's Netdata rows and the job's own."""
+    from check_vllm.netdata.config import KEY_ROWS
+
+    lines = ["| key | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{key}` | {default} | {meaning} |" for key, default, meaning in map(_job_key, KEY_ROWS)]
+    return "\n".join(lines) + "\n"
+
+
+def netdata_conf_keys() -> str:
+    """contrib/netdata/vllm.conf's header: the same keys, as comments an operator reads in the file."""
+    import textwrap
+
+    from check_vllm.netdata.config import KEY_ROWS
+
+    lines = []
+    for key, default, meaning in map(_job_key, KEY_ROWS):
+        text = textwrap.wrap(f"{meaning} [{default}]", 100, break_on_hyphens=False)
+        lines.append(f"#   {key:<15} {text[0]}")
+        lines += [f"#   {'':<15} {more}" for more in text[1:]]
+    return "\n".join(lines) + "\n"
+
+
+def render_netdata(text: str) -> str:
+    return _between(text, N_START, N_END, netdata_keys())
+
+
+def render_netdata_conf(text: str) -> str:
+    return _between(text, C_START, C_END, netdata_conf_keys())
 
 
 def render(text: str) -> str:
@@ -347,6 +395,7 @@ def render_readme(text: str) -> str:
 if __name__ == "__main__":
     for path, renderer in ((USAGE, render), (AGENT, render_agent), (README, render_readme), (PROBES, render_probes),
                            (HANDLER, render_handler), (DECIDES, render_decides), (SOAK_DOC, render_soak),
+                           (NETDATA_DOC, render_netdata), (NETDATA_CONF, render_netdata_conf),
                            *((USAGE.parent / page, render_engine(key)) for key, page in ENGINE_PAGES.items())):
         text = path.read_text()
         new = renderer(text)

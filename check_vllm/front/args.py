@@ -1,5 +1,5 @@
 """What the front ends' command lines share (the check's, the handler's, the agent's): a parser that reports
-instead of exiting, the number and URL checks, the API key. The options themselves are rows of check_vllm.front.option_table.
+instead of exiting, the number and URL checks (the connection itself: check_vllm.front.connection). The options themselves are rows of check_vllm.front.option_table.
 """
 
 from __future__ import annotations
@@ -60,17 +60,6 @@ def check_url(url: str, option: str = "--url") -> None:
         raise UsageError(f"{hint}: {parsed.host!r} is not a host name")
 
 
-def check_ca_file(path: str) -> None:
-    """A CA bundle ssl can load, or a UsageError saying why (read at start: a bad one is ours, not the server's)."""
-    import ssl
-
-    try:
-        ssl.create_default_context(cafile=path)
-    except (OSError, ssl.SSLError) as err:
-        why = getattr(err, "reason", None) or getattr(err, "strerror", None) or err
-        raise UsageError(f"--ca-file {path}: not a readable PEM CA bundle ({why})") from None
-
-
 def _bad_port(url: str) -> str | None:
     """The port part of the URL's authority when it is no number, in httpx's own split (host up to the
     first colon, unless bracketed). httpx 0.28 says so itself; Debian 12's 0.23 parses such a URL into
@@ -82,29 +71,3 @@ def _bad_port(url: str) -> str | None:
     else:
         port = authority.partition(":")[2] or None
     return port if port and not port.isdigit() else None
-
-
-def read_api_key(path: str | None) -> str | None:
-    """The key from `path` (--api-key-file) or $VLLM_API_KEY, checked at start: one that cannot go in an
-    HTTP header fails inside the client before anything is sent, which must never read as a server that
-    does not answer. A key file's leading UTF-8 BOM (Notepad writes one) and surrounding white space are
-    not part of the key; an empty key file is a mistake, not "no key"."""
-    import os
-
-    from check_vllm.server.fetch_errors import unsendable  # here: the check's start-up does not pay for httpx twice
-
-    if path:
-        try:
-            with open(path, encoding="utf-8-sig") as fh:
-                key = fh.readline().strip()
-        except (OSError, UnicodeDecodeError) as err:
-            raise UsageError(f"cannot read --api-key-file: {getattr(err, 'strerror', None) or err}") from None
-        if not key:
-            raise UsageError("--api-key-file is empty")
-        source = f"--api-key-file {path}"
-    else:
-        key, source = os.environ.get("VLLM_API_KEY") or "", "$VLLM_API_KEY"
-    problem = unsendable(key)
-    if problem:
-        raise UsageError(f"the API key in {source} cannot be sent: {problem}")
-    return key or None

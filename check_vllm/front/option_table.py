@@ -26,6 +26,8 @@ PROBE_EVERY = 60.0
 _EVERY = frozenset({CHECK, AGENT, HANDLER})
 _JUDGES = frozenset({CHECK, AGENT, NETDATA})
 _READERS = frozenset({CHECK, AGENT})
+#: The host's witness is every front end's: a Netdata job on the server's host tells starting from down too.
+_WITNESS = _EVERY | {NETDATA}
 
 
 class Option(NamedTuple):
@@ -60,11 +62,14 @@ PROCESS_TITLE = ("server process (on the server's host; default: the engine serv
                  "environment or config file serves the URL's port, when the URL's host is this host)")
 
 ROWS: tuple[Option, ...] = (
-    Option("--url", TEXT, SERVER, "the server's base URL (default: %(default)s)", _EVERY,
+    Option("--url", TEXT, SERVER, "the server's base URL (default: %(default)s)", _EVERY | {NETDATA},
            default=DEFAULT_URL, short="-u"),
     Option("--api-key-file", TEXT, SERVER, "file holding the API key on its first line (else $VLLM_API_KEY); a "
            "leading UTF-8 BOM and surrounding white space are ignored, an empty file is an error", _JUDGES,
            metavar="FILE"),
+    Option("--ca-file", TEXT, SERVER, "CA bundle (PEM) to verify an https URL, e.g. a private CA's", _JUDGES,
+           metavar="FILE"),
+    Option("--insecure", FLAG, SERVER, "do not verify the server's TLS certificate", _JUDGES, default=False),
     Option("--proxy", FLAG, SERVER, "the URL is a load balancer: read only /v1/models (each /metrics read could "
            "hit another backend)", frozenset({CHECK, HANDLER, NETDATA}), default=False, field="proxy"),
     Option("--engine", TEXT, SERVER, "whose /metrics the URL serves: " + ", ".join(
@@ -110,22 +115,22 @@ ROWS: tuple[Option, ...] = (
            frozenset({AGENT, NETDATA}), default=CONNECT_TIMEOUT, low=0.1, high=600, metavar="S",
            field="metrics_timeout"),
     Option("--pid-file", TEXT, PROCESS, "the server's pid file, where the host cannot tell (a wrapper, a "
-           "container, a proxy in front, /proc mounted hidepid)", _EVERY, metavar="FILE", field="pid_file"),
+           "container, a proxy in front, /proc mounted hidepid)", _WITNESS, metavar="FILE", field="pid_file"),
     Option("--pid-command", TEXT, PROCESS, "a command that prints the server's pid, e.g. 'supervisorctl pid vllm' "
-           "or 'systemctl show -p MainPID --value vllm'", _EVERY, metavar="CMD", field="pid_command"),
+           "or 'systemctl show -p MainPID --value vllm'", _WITNESS, metavar="CMD", field="pid_command"),
     Option("--server-port", INT, PROCESS, "the port the server listens on when the URL's port is a proxy's on this host "
-           "(nginx for TLS or auth): its process is the witness", _EVERY, low=1, high=65535, metavar="PORT",
+           "(nginx for TLS or auth): its process is the witness", _WITNESS, low=1, high=65535, metavar="PORT",
            field="server_port"),
     Option("--server-user", TEXT, PROCESS, "the user the server runs as: only this user's processes, and their "
            "config files, are believed (any user's otherwise: another local user could then make the host unable to "
-           "tell)", _EVERY, metavar="USER", field="server_user"),
+           "tell)", _WITNESS, metavar="USER", field="server_user"),
     Option("--start-grace", FLOAT, PROCESS, "a server that is not serving yet while its process is younger than S "
            "seconds (seen from another host: S seconds after check_vllm_restart restarted it) is starting "
-           "(WARNING), not down (default: %(default)g)", _EVERY, default=SETTINGS.start_grace, metavar="S",
+           "(WARNING), not down (default: %(default)g)", _WITNESS, default=SETTINGS.start_grace, metavar="S",
            field="start_grace"),
     Option("--stop-grace", FLOAT, PROCESS, "a server whose process served and still lives but refuses connections "
            "is stopping (WARNING: a graceful stop, a restart) for S seconds, then down (default: %(default)g)",
-           _EVERY, default=SETTINGS.stop_grace, metavar="S", field="stop_grace"),
+           _WITNESS, default=SETTINGS.stop_grace, metavar="S", field="stop_grace"),
 )
 
 #: Each row by its flag.

@@ -12,10 +12,10 @@ import threading
 from typing import Any, NoReturn
 
 from check_vllm import __version__
-from check_vllm.contract.defaults import CONNECT_TIMEOUT, SETTINGS
+from check_vllm.contract.defaults import SETTINGS
 from check_vllm.contract.probes import AGENT_PORT, host_port
 from check_vllm.front import option_table
-from check_vllm.front.args import Parser, UsageError, check_url, number, read_api_key
+from check_vllm.front.args import Parser, UsageError, check_url, number
 from check_vllm.front.option_table import AGENT
 
 from . import reply
@@ -77,7 +77,7 @@ def _fail(code: int, message: str) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    from check_vllm.server.fetch import Endpoint
+    from check_vllm.front.connection import endpoint_from
 
     from .listen import AgentServer, parse_allow, parse_listen
     from .watch import Watch
@@ -86,12 +86,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
         args = parser().parse_args(argv)
         check_url(args.url)
         address = parse_listen(args.listen, int(DEFAULT_LISTEN.rsplit(":", 1)[1]))
-        api_key = read_api_key(args.api_key_file)
+        endpoint = endpoint_from(args, AGENT)
         allow = [net for text in args.allow or () for net in parse_allow(text)]
         probe_address = host_port(args.probe_listen, AGENT_PORT, "--probe-listen") if args.probe_listen else None
     except (UsageError, ValueError) as err:
         _fail(2, f"usage: {err} (see --help)")
-    endpoint = Endpoint(args.url, api_key=api_key, connect_timeout=min(args.timeout, CONNECT_TIMEOUT))
     settings = option_table.settings_from(args, AGENT, min_gap=min(SETTINGS.min_gap, 0.5 * args.interval))
     observation = option_table.options_from(args, AGENT, reread=False)
     watch = Watch(endpoint, settings, observation, args.interval, args.probe_every, say=say)

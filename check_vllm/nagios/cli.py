@@ -15,7 +15,7 @@ from check_vllm.contract.defaults import LOCK_TIMEOUT, RUN_TIMEOUT, SETTINGS
 from check_vllm.contract.probes import REUSE_MAX, REUSE_OPTION
 from check_vllm.contract.vocab import CODE_NAMES, UNKNOWN
 from check_vllm.front import option_table, statusline
-from check_vllm.front.args import Deadline, Parser, UsageError, check_ca_file, check_url, number, read_api_key
+from check_vllm.front.args import Deadline, Parser, UsageError, check_url, number
 from check_vllm.front.option_table import CHECK
 
 if TYPE_CHECKING:
@@ -54,8 +54,6 @@ def parser() -> argparse.ArgumentParser:
                 epilog=epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     c = p.add_argument_group(option_table.SERVER)
     option_table.add(c, CHECK, option_table.SERVER)
-    c.add_argument("--ca-file", metavar="FILE", help="CA bundle to verify an https URL")
-    c.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
     d = p.add_argument_group(option_table.DECISION)
     option_table.add(d, CHECK, option_table.DECISION)
     option_table.add(p.add_argument_group(option_table.PROCESS_TITLE), CHECK, option_table.PROCESS)
@@ -218,18 +216,16 @@ def _check(argv: list[str] | None = None) -> Answer:
 
 
 def _run(args: argparse.Namespace, state_dir: Path, started: float, doing: Any) -> Any:
-    """The Run the command line decides; the API key and CA file are read here, under the run's alarm."""
-    from check_vllm.server.fetch import Endpoint
+    """The Run the command line decides; the API key and CA file are read here, under the run's alarm (a hung
+    mount must not block for ever)."""
+    from check_vllm.front.connection import endpoint_from
     from check_vllm.session import Run
 
-    doing("the API key file" if args.api_key_file else "start-up")
-    api_key = read_api_key(args.api_key_file)  # inside the alarm: a FIFO or a hung mount must not block forever
-    if args.ca_file:
-        doing("the CA file")
-        check_ca_file(args.ca_file)
+    doing("the API key and CA files" if args.api_key_file or args.ca_file else "start-up")
+    endpoint = endpoint_from(args, CHECK)
     doing("start-up")
     return Run(
-        endpoint=Endpoint(args.url, api_key=api_key, ca_file=args.ca_file, insecure=args.insecure),
+        endpoint=endpoint,
         settings=option_table.settings_from(args, CHECK),
         options=option_table.options_from(args, CHECK),
         state_dir=state_dir,

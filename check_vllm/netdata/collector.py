@@ -22,16 +22,16 @@ from typing import TextIO
 
 import httpx
 
-from check_vllm.contract.defaults import CONNECT_TIMEOUT, SETTINGS
+from check_vllm.contract.defaults import SETTINGS
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.safe_text import one_line
 from check_vllm.contract.values import Reading
 from check_vllm.contract.verdict import Verdict
 from check_vllm.front import option_table
+from check_vllm.front.connection import as_key, endpoint_from
 from check_vllm.front.option_table import NETDATA
 from check_vllm.long_running import Observer, given_clock, next_slot
 from check_vllm.server import clock
-from check_vllm.server.fetch import Endpoint
 
 from . import charts
 from .config import Job
@@ -56,7 +56,7 @@ class JobCollector:
     ) -> None:
         """`wall` and `mono` are a test's clocks; without them the host's (check_vllm.long_running)."""
         self.job = job
-        self.endpoint = Endpoint(job.url, api_key=job.api_key, connect_timeout=min(job.timeout, CONNECT_TIMEOUT))
+        self.endpoint = job.endpoint or endpoint_from(job, NETDATA, as_key)
         self.client = client or self.endpoint.client()
         self.mono, self.say = mono or time.monotonic, say
         # A comparison needs a gap; at update_every 1 it must not be longer than the tick itself.

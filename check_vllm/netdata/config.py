@@ -9,22 +9,22 @@ line, because a plugin that hangs or dies at start-up takes every job with it.
 from __future__ import annotations
 
 import configparser
-import errno
 import os
 import re
-import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from check_vllm.contract.defaults import OPTIONS
-from check_vllm.front.option_table import BY_FLAG, INT, NETDATA, ROWS, Option, job_number
+from check_vllm.front.args import UsageError
+from check_vllm.front.connection import as_key, endpoint_from, read_bounded
+from check_vllm.front.option_table import BY_FLAG, FLAG, INT, NETDATA, ROWS, TEXT, Option, job_number
+from check_vllm.server.fetch import Endpoint
 
 CONF_NAME = "vllm.conf"
 DEFAULT_CONFIG_DIR = "/etc/netdata"
-#: Bounds on what is read at start-up: a key is a line, a vllm.conf a few jobs.
-KEY_LIMIT = 16 * 1024
+#: A bound on what is read at start-up: a vllm.conf is a few jobs.
 CONF_LIMIT = 1024 * 1024
 
 
@@ -34,21 +34,34 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Job:
+    """One job: its keys are the option table's Netdata rows (their `dest`), plus Netdata's own update_every and
+    probe; tests/unit/test_option_table.py holds the two sets equal."""
+
     name: str  # sanitised section name: charts are vllm_<name>.<chart>
     url: str
     update_every: int = 1
     proxy: bool = False
+    engine: str = OPTIONS.engine
     stuck_readings: int = BY_FLAG["--stuck-readings"].default
     stuck_seconds: float = BY_FLAG["--stuck-seconds"].default
     probe: bool = OPTIONS.probe
     #: At most one idle probe per this many seconds.
     probe_every: float = BY_FLAG["--probe-every"].default
     probe_timeout: float = BY_FLAG["--probe-timeout"].default
+    model: str | None = None
     #: Per-request timeout for /metrics and /v1/models; a slow server delays only its own job.
     timeout: float = BY_FLAG["--timeout"].default
-    api_key: str | None = None
-    model: str | None = None
-    engine: str = OPTIONS.engine
+    api_key_file: str | None = None
+    ca_file: str | None = None
+    insecure: bool = False
+    pid_file: str | None = None
+    pid_command: str | None = None
+    server_port: int | None = None
+    server_user: str | None = None
+    start_grace: float = BY_FLAG["--start-grace"].default
+    stop_grace: float = BY_FLAG["--stop-grace"].default
+    #: The connection its rows make (check_vllm.front.connection), read once when the file is loaded.
+    endpoint: Endpoint | None = None
 
     @property
     def chart_type(self) -> str:
@@ -67,12 +80,18 @@ JOB = Job(name="", url="")
 
 _BOOLS = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
 #: Netdata's own: how often a job is collected (never faster than the plugin, whose interval is its default).
-_UPDATE_EVERY = Option("--update-every", INT, "", "seconds between two collections", frozenset({NETDATA}), low=1,
-                       high=3600)
-#: The option table's numbers a job takes (their keys, bounds and defaults are the table's).
-_NUMBERS = tuple(row for row in ROWS if NETDATA in row.fronts and row.kind in ("int", "float"))
-_KNOWN = {"url", "proxy", "update_every", "probe", "api_key_file", "model", "engine", *(row.dest for row in _NUMBERS)}
-_ENGINE = BY_FLAG["--engine"]
+_UPDATE_EVERY = Option("--update-every", INT, "", "seconds between readings (never faster than the plugin's; "
+                       "default: Netdata's update_every)", frozenset({NETDATA}), low=1, high=3600)
+#: The job's own words for what the command lines say otherwise (its url is required, its probe a yes/no).
+_URL = Option("--url", TEXT, "", "the server's base URL, http:// or https:// (required)", frozenset({NETDATA}))
+_PROBE = Option("--probe", FLAG, "", "yes: send a 1-token completion when idle, to prove the engine answers "
+                "(the command lines' --no-probe is probe = no)", frozenset({NETDATA}), default=OPTIONS.probe)
+#: The job's keys from the option table (their kinds, bounds, choices and defaults are the table's); `url` is
+#: read apart (required, and checked as a URL).
+ROWS_OF_A_JOB = tuple(row for row in ROWS if NETDATA in row.fronts and row.dest != "url")
+#: Every key a section may hold, as rows: what docs/netdata.md's table and contrib/netdata/vllm.conf's header say.
+KEY_ROWS = (_URL, _UPDATE_EVERY, _PROBE, *ROWS_OF_A_JOB)
+KEYS = tuple(row.dest for row in KEY_ROWS)
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -84,36 +103,6 @@ def config_path(env: Mapping[str, str] | None = None) -> Path:
 def job_name(section: str) -> str:
     """Netdata ids keep [a-z0-9_]: everything else becomes `_`."""
     return re.sub(r"[^a-z0-9_]", "_", section.strip().lower()) or "_"
-
-
-def read_bytes(path: Path | str, limit: int) -> bytes:
-    """A regular file's bytes, at most `limit`; opened O_NONBLOCK so a FIFO cannot hang start-up."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        data = os.read(fd, limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise OSError(errno.EFBIG, f"larger than {limit // 1024} KiB")
-    return data
-
-
-def _api_key(key_file: str) -> str | None:
-    """The key a header can carry: UTF-8 (a BOM allowed) holding printable ASCII only."""
-    try:
-        text = read_bytes(key_file, KEY_LIMIT).decode("utf-8-sig")
-    except OSError as err:
-        raise ConfigError(f"api_key_file {key_file}: {err.strerror or err}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"api_key_file {key_file}: not UTF-8 text (UTF-16? save it as UTF-8)") from None
-    key = text.strip()
-    if not key:
-        raise ConfigError(f"api_key_file {key_file} is empty (leave api_key_file out for no key)")
-    if not all(" " < ch < "\x7f" for ch in key):
-        raise ConfigError(f"api_key_file {key_file}: holds characters an HTTP header cannot carry")
-    return key
 
 
 def _undecodable(sec: configparser.SectionProxy) -> list[str]:
@@ -139,8 +128,29 @@ def _flag(sec: configparser.SectionProxy, key: str, default: bool) -> bool:
     return _BOOLS[raw]
 
 
+def _value(row: Option, sec: configparser.SectionProxy) -> Any:
+    """One row's value in a section: its default when left out; a ConfigError saying what is wrong."""
+    raw = sec.get(row.dest)
+    if row.kind == FLAG:
+        return _flag(sec, row.dest, row.default)
+    if row.kind == TEXT:
+        text = (raw or "").strip()
+        if row.choices:
+            text = text.lower() or row.default
+            if text not in row.choices:
+                raise ConfigError(f"{row.dest} = {text!r} is not one of {', '.join(row.choices)}")
+        return text or row.default
+    if raw is None or not raw.strip():
+        return row.default
+    try:
+        value = job_number(row, raw)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return int(value) if row.kind == INT else value
+
+
 def parse_job(section: str, sec: configparser.SectionProxy, plugin_every: int) -> Job:
-    unknown = sorted(printable(k) for k in set(sec) - _KNOWN)
+    unknown = sorted(printable(k) for k in set(sec) - set(KEYS))
     if unknown:
         raise ConfigError(f"unknown option(s) {', '.join(unknown)}")
     url = (sec.get("url") or "").strip().rstrip("/")
@@ -149,28 +159,17 @@ def parse_job(section: str, sec: configparser.SectionProxy, plugin_every: int) -
     bad = _undecodable(sec)
     if bad or _surrogates(section):
         raise ConfigError(f"not UTF-8 text in {', '.join(printable(k) for k in bad) or 'the section name'}")
-    key_file = (sec.get("api_key_file") or "").strip()
-    api_key = _api_key(key_file) if key_file else None
     try:
         every = int(job_number(_UPDATE_EVERY._replace(default=plugin_every), sec.get("update_every")))
-        numbers: dict[str, Any] = {row.dest: job_number(row, sec.get(row.dest)) for row in _NUMBERS}
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    numbers["stuck_readings"] = int(numbers["stuck_readings"])
-    engine = (sec.get("engine") or "").strip().lower() or JOB.engine
-    if engine not in _ENGINE.choices:
-        raise ConfigError(f"engine = {engine!r} is not one of {', '.join(_ENGINE.choices)}")
-    return Job(
-        name=job_name(section),
-        url=url,
-        update_every=max(every, plugin_every),  # a job never runs faster than the plugin
-        proxy=_flag(sec, "proxy", JOB.proxy),
-        probe=_flag(sec, "probe", JOB.probe),
-        api_key=api_key,
-        model=(sec.get("model") or "").strip() or None,
-        engine=engine,
-        **numbers,
-    )
+    job = Job(name=job_name(section), url=url,
+              update_every=max(every, plugin_every),  # a job never runs faster than the plugin
+              probe=_flag(sec, _PROBE.dest, _PROBE.default), **{row.dest: _value(row, sec) for row in ROWS_OF_A_JOB})
+    try:
+        return replace(job, endpoint=endpoint_from(job, NETDATA, as_key))
+    except UsageError as err:
+        raise ConfigError(str(err)) from None
 
 
 def load(text: str, plugin_every: int) -> tuple[list[Job], list[str]]:
@@ -200,7 +199,7 @@ def load(text: str, plugin_every: int) -> tuple[list[Job], list[str]]:
 def load_file(path: Path, plugin_every: int) -> tuple[list[Job], list[str]]:
     """Bytes that are not UTF-8 cost only the sections whose values hold them (a Latin-1 comment costs nothing)."""
     try:
-        data = read_bytes(path, CONF_LIMIT)
+        data = read_bounded(path, CONF_LIMIT)
     except OSError as err:
         return [], [f"cannot read {path}: {err.strerror or err}"]
     return load(data.decode("utf-8-sig", "surrogateescape"), plugin_every)

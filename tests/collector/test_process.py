@@ -88,7 +88,7 @@ def test_config_defaults_bad_sections_and_secrets(tmp_path):
         ("gpu_1", "http://10.0.0.1:8000", 5, 30.0, False),
         ("slow", "http://10.0.0.2:8000", 2, 30.0, True),
     ]
-    assert jobs[0].api_key == "sk-secret" and "sk-secret" not in repr(jobs[0])
+    assert jobs[0].endpoint.api_key == "sk-secret" and "sk-secret" not in repr(jobs[0])
     assert problems == [
         "job [bad] skipped: probe = 'maybe' is not yes or no",
         "job [typo] skipped: unknown option(s) stuck_secs",
@@ -116,7 +116,7 @@ def test_a_bad_section_costs_only_its_own_job_and_nothing_blocks(make_sim, tmp_p
     assert proc.returncode == 0, err
     assert "BEGIN vllm_good.state" in out and "vllm_wide" not in out and "vllm_pipe" not in out
     assert "job [wide] skipped: api_key_file" in err and "not UTF-8" in err
-    assert "job [pipe] skipped: api_key_file" in err and "not a regular file" in err
+    assert "job [pipe] skipped: cannot read api_key_file" in err and "not a regular file" in err
     assert "Traceback" not in err and "DISABLE" not in out
 
 
@@ -129,6 +129,6 @@ def test_undecodable_values_cost_their_section_and_a_huge_key_file_is_refused(tm
     jobs, problems = load_file(tmp_path / "vllm.conf", 1)
     assert [j.name for j in jobs] == ["ok"]
     assert problems == ["job [latin] skipped: not UTF-8 text in model",
-                        f"job [big] skipped: api_key_file {big}: larger than 16 KiB"]
+                        f"job [big] skipped: cannot read api_key_file {big}: larger than 16 KiB"]
     os.mkfifo(tmp_path / "conf-fifo")
     assert load_file(tmp_path / "conf-fifo", 1) == ([], [f"cannot read {tmp_path / 'conf-fifo'}: not a regular file"])

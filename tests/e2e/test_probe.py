@@ -112,14 +112,13 @@ def test_an_unknown_kind_passes(run_check):
 
 
 def test_our_own_time_out_passes_inside_the_budget(sim: Simulator, run_check, tmp_path: Path):
-    """A FIFO as the key file blocks the run outside every request's own time-out: only -t ends it."""
-    fifo = tmp_path / "key"
-    os.mkfifo(fifo)
+    """A --pid-command that never answers, asked when nothing listens on the URL's port of this host, blocks the
+    run outside every request's own time-out (its own is 5 s): only -t ends it."""
     started = time.monotonic()
-    r = run_check("--probe", "liveness", "-u", sim.url, "-t", "2", "--api-key-file", str(fifo))
+    r = run_check("--probe", "liveness", "-u", "http://127.0.0.1:9", "-t", "2", "--pid-command", "sleep 30")
     took = time.monotonic() - started
     assert (r.code, one_line(r)) == (PASS, "liveness pass in spite of: UNKNOWN timed out after 2 s waiting for "
-                                           "the API key file")
+                                           "the server's process (the host's witness)")
     assert took < 4, took
 
 

@@ -33,14 +33,18 @@ def test_state_lock_held_by_another_run(check, tmp_path):
         assert r.seconds < 3 + SLACK
 
 
-def test_api_key_file_that_never_delivers(check, tmp_path):
-    """A FIFO (or a hung network mount) as --api-key-file: the -t clock already runs."""
+def test_api_key_file_that_would_never_deliver_is_refused_at_once(check, tmp_path):
+    """A FIFO as --api-key-file (or --ca-file) is refused before it is read (opened O_NONBLOCK, not a regular file):
+    the run says so at once instead of waiting out -t, as a Netdata job, which has no -t, must."""
     fifo = tmp_path / "key"
     os.mkfifo(fifo)
-    r = check("-u", "http://127.0.0.1:9", "--api-key-file", str(fifo), "-t", "2", *FAST)
-    assert r.code == UNKNOWN, r.out
-    assert r.first.startswith("VLLM UNKNOWN - timed out after 2 s waiting for the API key file"), r.out
-    assert r.seconds < 2 + SLACK
+    for flag in ("--api-key-file", "--ca-file"):
+        r = check("-u", "http://127.0.0.1:9", flag, str(fifo), "-t", "10", *FAST)
+        assert r.code == UNKNOWN, r.out
+        assert r.first.startswith(f"VLLM UNKNOWN - usage: {'cannot read ' if flag == '--api-key-file' else ''}{flag} "
+                                  f"{fifo}"), r.out
+        assert "not a regular file" in r.first, r.out
+        assert r.seconds < 2 + SLACK
 
 
 def test_probe_cut_short_by_the_timeout_is_no_proof_of_stuck(check):

@@ -98,7 +98,7 @@ def test_the_agent_checks_its_key_as_the_check_does(tmp_path, case):
                           capture_output=True, text=True, timeout=60, env=env)
     why = {"env": "the API key in $VLLM_API_KEY cannot be sent: character 7 is U+00E9",
            "file": f"the API key in --api-key-file {keyfile} cannot be sent: character 7 is U+00E9",
-           "empty": "--api-key-file is empty (see --help)"}[case]
+           "empty": f"--api-key-file {keyfile} is empty (leave it out for no key) (see --help)"}[case]
     assert done.returncode == 2 and done.stdout == "", done
     assert done.stderr.startswith(f"check_vllm_agent: usage: {why}"), done.stderr
     assert "Traceback" not in done.stderr

@@ -12,6 +12,7 @@ import pytest
 from check_vllm.contract.defaults import Options, Settings
 from check_vllm.front import option_table
 from check_vllm.front.args import UsageError
+from check_vllm.front.connection import endpoint_from
 from check_vllm.front.option_table import AGENT, CHECK, FLAG, HANDLER, NETDATA, ROWS, TEXT
 from check_vllm.haproxy import cli as agent_cli
 from check_vllm.nagios import cli as check_cli
@@ -78,12 +79,51 @@ def test_the_run_gets_the_rows_values_and_the_front_ends_own():
                                                                            reread=False)
 
 
-def test_an_empty_key_file_is_a_mistake_for_every_front_end(tmp_path):
-    empty = tmp_path / "key"
-    empty.write_text("\n")
-    with pytest.raises(netdata_config.ConfigError, match="is empty"):
-        job(api_key_file=str(empty))
-    from check_vllm.front.args import read_api_key
+def _endpoint(front: str, flags: list[str]):
+    """The Endpoint `front` makes of these command-line flags (a Netdata job: the same rows as its keys)."""
+    if front == NETDATA:
+        keys = {flag[2:].replace("-", "_"): value for flag, value in zip(flags[::2], flags[1::2], strict=True)}
+        return job(**keys).endpoint
+    return endpoint_from(PARSERS[front]().parse_args(flags), front)
 
-    with pytest.raises(UsageError, match="is empty"):
-        read_api_key(str(empty))
+
+@pytest.mark.parametrize("front", [CHECK, AGENT, NETDATA])
+def test_the_key_file_reads_by_one_rule_on_every_front_end(front, tmp_path):
+    """The first line, without a BOM and the white space around it; a second line is no part of the key."""
+    two = tmp_path / "two-lines"
+    two.write_bytes("\ufeff  sk-first \nsecond line\n".encode())
+    endpoint = _endpoint(front, ["--api-key-file", str(two)])
+    assert endpoint.api_key == "sk-first"
+
+
+@pytest.mark.parametrize("front", [CHECK, AGENT, NETDATA])
+@pytest.mark.parametrize(("content", "why"), [(b"\n", "is empty"), ("k\u00e9y".encode("utf-16"), "not UTF-8 text"),
+                                              (b"k" * 20_000, "larger than 16 KiB"), (b"a\x01b", "cannot be sent")])
+def test_a_bad_key_file_is_the_same_mistake_on_every_front_end(front, content, why, tmp_path):
+    key = tmp_path / "key"
+    key.write_bytes(content)
+    with pytest.raises((UsageError, netdata_config.ConfigError), match=why) as err:
+        _endpoint(front, ["--api-key-file", str(key)])
+    assert ("api_key_file" if front == NETDATA else "--api-key-file") in str(err.value)
+
+
+@pytest.mark.parametrize("front", [CHECK, AGENT, NETDATA])
+def test_tls_rows_on_every_front_end(front, tmp_path):
+    bad = tmp_path / "ca.pem"
+    bad.write_text("not a certificate\n")
+    with pytest.raises((UsageError, netdata_config.ConfigError), match="not a readable PEM CA bundle"):
+        _endpoint(front, ["--ca-file", str(bad)])
+    insecure = PARSERS[front]().parse_args(["--insecure"]) if front != NETDATA else None
+    endpoint = job(insecure="yes").endpoint if front == NETDATA else endpoint_from(insecure, front)
+    assert endpoint.insecure is True and endpoint.ca_file is None
+
+
+def test_a_netdata_job_takes_every_row_that_names_it_and_nothing_else():
+    rows = {row.dest for row in ROWS if NETDATA in row.fronts}
+    assert set(netdata_config.KEYS) == rows | {"update_every", "probe"}
+    fields = set(netdata_config.Job.__dataclass_fields__)
+    assert rows <= fields, rows - fields
+    witness = job(pid_file="/run/vllm.pid", server_port="8001", server_user="vllm", start_grace="60")
+    assert option_table.options_from(witness, NETDATA).pid_file == "/run/vllm.pid"
+    assert option_table.options_from(witness, NETDATA).server_port == 8001
+    assert option_table.settings_from(witness, NETDATA).start_grace == 60.0

@@ -149,19 +149,19 @@ def test_the_soak_tables_in_docs_are_the_reports():
 
 
 def test_the_shared_option_table_is_the_code_s_and_netdata_says_the_same_defaults():
-    """docs/usage.md's table comes from check_vllm.front.option_table; docs/netdata.md's job keys have its defaults."""
+    """docs/usage.md's table comes from check_vllm.front.option_table; so do docs/netdata.md's job keys and
+    contrib/netdata/vllm.conf's header, with the job's own (update_every, probe)."""
     tool = _tool()
     text = tool.USAGE.read_text()
     assert text.count(tool.O_START) == text.count(tool.O_END) == 1
     assert tool.render(text) == text, "docs/usage.md is stale: run `python tools/update_readme.py`"
-    from check_vllm.front.option_table import INT, NETDATA, ROWS, TEXT
+    netdata, conf = tool.NETDATA_DOC.read_text(), tool.NETDATA_CONF.read_text()
+    assert tool.render_netdata(netdata) == netdata, "docs/netdata.md's job keys are stale: run tools/update_readme.py"
+    assert tool.render_netdata_conf(conf) == conf, "contrib/netdata/vllm.conf's keys are stale: run the same"
+    from check_vllm.netdata.config import KEYS
 
-    netdata = (tool.USAGE.parent / "netdata.md").read_text()
-    for row in ROWS:
-        if NETDATA in row.fronts and row.default is not None and not isinstance(row.default, bool):
-            shown = (f"`{row.default}`" if row.kind == TEXT else str(int(row.default))
-                     if row.kind == INT or float(row.default).is_integer() else f"{row.default:g}")
-            assert f"| `{row.dest}` | {shown} |" in netdata, row.dest
+    for key in KEYS:
+        assert f"| `{key}` |" in netdata and f"#   {key} " in conf, key
 
 
 def test_each_engine_has_its_page_with_its_rows_table_and_the_readme_names_it():
