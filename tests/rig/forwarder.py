@@ -5,24 +5,33 @@ which routes were asked."""
 from __future__ import annotations
 
 import http.server
+import ssl
 import threading
 
 import httpx
 
 
 class Recorder(http.server.ThreadingHTTPServer):
-    """Forwards to `upstream`; `seen` lists (method, path with its query) of every request, in order."""
+    """Forwards to `upstream`; `seen` lists (method, path with its query) of every request, in order, and
+    `keys` the Authorization header each carried (None without). With `tls` (a server context) it serves https,
+    as a TLS-terminating proxy in front of a server does."""
 
     daemon_threads = True
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, tls: ssl.SSLContext | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Forward)
-        self.upstream, self.seen = upstream, []
+        self.upstream, self.seen, self.keys = upstream, [], []
+        self.scheme = "https" if tls else "http"
+        if tls is not None:
+            self.socket = tls.wrap_socket(self.socket, server_side=True)
         threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def handle_error(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+        """A client that refused our certificate is what a TLS test is made of: no traceback on stderr."""
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.server_address[1]}"
 
     def paths(self) -> list[tuple[str, str]]:
         """`seen` without the queries."""
@@ -42,6 +51,7 @@ class _Forward(http.server.BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         self.server.seen.append((self.command, self.path))
+        self.server.keys.append(self.headers.get("Authorization"))
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization", "accept")}
         try:
