@@ -3,7 +3,6 @@ line and exit code a kubelet or Docker reads, and what the server received (issu
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import time
