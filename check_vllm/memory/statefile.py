@@ -203,10 +203,3 @@ class StateFile:
         except (ValueError, TypeError, RecursionError) as err:  # NaN or a foreign type in the data: not JSON
             raise StateError(f"cannot write state {self.path}: {err.__class__.__name__}: {str(err)[:80]}") from None
 
-
-def served_before(store: StateFile) -> bool:
-    """Whether the state file keeps a reading, so the server served before; whole without the lock another run
-    may hold (saves are atomic renames)."""
-    from check_vllm.memory import codec
-
-    return codec.from_json(store.load()[0]).baseline is not None

@@ -20,7 +20,7 @@ from check_vllm.contract.engines import ENGINES
 from check_vllm.contract.probes import KINDS, Answer, Seen
 
 if TYPE_CHECKING:
-    from check_vllm.memory.statefile import StateFile
+    from check_vllm.memory.door import Door
 
 
 def answer(kind: str, seen: Seen) -> Answer:
@@ -28,7 +28,7 @@ def answer(kind: str, seen: Seen) -> Answer:
     return probes.answer(kind if kind in KINDS else probes.LIVENESS, seen)._replace(kind=kind)
 
 
-def answer_run(kind: str, run: object, held: StateFile | None = None) -> Answer:
+def answer_run(kind: str, run: object, held: Door | None = None) -> Answer:
     """Observe once, as the check does (check_vllm.session: state file, lock, memory), and answer as a probe of
     `kind`; a fault of ours (the lock held too long, our time-out, a bug) is answered with what the state file
     said of the server (it served before, or not)."""
@@ -49,7 +49,7 @@ def answer_run(kind: str, run: object, held: StateFile | None = None) -> Answer:
 
 
 def answer_saved(kind: str, state_dir: Path, url: str, proxy: bool, within: float,
-                 lock_timeout: float) -> tuple[Answer | None, StateFile | None]:
+                 lock_timeout: float) -> tuple[Answer | None, Door | None]:
     """--reuse-verdict, before httpx is imported (such a run costs the interpreter's start and one small file):
     the answer the verdict another run saved gives, when it is a pass at most `within` seconds old
     (probes.reused). The state lock is taken first, so a probe started with another (the kubelet fires liveness
@@ -59,26 +59,26 @@ def answer_saved(kind: str, state_dir: Path, url: str, proxy: bool, within: floa
     would (waiting twice would spend the probe's budget)."""
     import time
 
-    from check_vllm.memory import codec
-    from check_vllm.memory.statefile import StateBusy, StateError, check_file, served_before
+    from check_vllm.memory.door import Door
 
     if within <= 0 or kind not in (probes.LIVENESS, probes.READINESS):
         return None, None
     try:
-        store = check_file(state_dir, url, proxy, lock_timeout)
-        store.lock()
-    except StateBusy as err:
-        return answer(kind, Seen(fault=str(err), served_before=served_before(store))), None
-    except (StateError, OSError, ValueError):  # refused, or no lock there; ValueError: a URL no run could judge
+        door = Door(state_dir, url, proxy, lock_timeout).open()
+    except (OSError, ValueError):  # ValueError: a URL no run could judge
         return None, None
-    last = codec.from_json(store.load()[0]).last
+    if door.busy:
+        return answer(kind, Seen(fault=door.busy, served_before=door.kept.served_before)), None
+    if door.refused or door.unlocked:
+        return None, None
+    last = door.kept.memory.last
     reply = None
     if last is not None and last.code is not None and last.at is not None:
         seen = Seen(last.word, last.code, f"{last.word}: {last.text}" if last.text else last.word)
         reply = probes.reused(kind, seen, time.time() - last.at, within)
     if reply is None:
-        return None, store
-    store.unlock()
+        return None, door
+    door.close()
     return reply, None
 
 
