@@ -20,27 +20,19 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
+from check_vllm.contract.defaults import Options, Settings
 from check_vllm.contract.instants import Instant
-from check_vllm.contract.kept import Remembered
 from check_vllm.contract.safe_text import without_userinfo
 from check_vllm.front import option_table, statusline
 from check_vllm.front.args import UsageError
 from check_vllm.front.option_table import HANDLER
-from check_vllm.memory import codec as memory
 from check_vllm.memory import statedir
-from check_vllm.memory.files import write_json
-from check_vllm.memory.marker import marker_json, marker_path, read_marker
-from check_vllm.memory.statefile import (
-    StateBusy,
-    StateError,
-    StateFile,
-    StateRefused,
-    check_file,
-    default_dir,
-)
+from check_vllm.memory.door import Door
+from check_vllm.memory.statefile import StateError, default_dir
 from check_vllm.restart.command import run_command
 from check_vllm.restart.history import (
     HISTORY_KEEP,
@@ -84,54 +76,82 @@ class Logger:
                 print(f"{PROG}: cannot append to --log {self.log_file}: {err.strerror}", file=sys.stderr)
 
 
-def handle(args: argparse.Namespace, event: Event, command: list[str], log: Logger,
+class Config(NamedTuple):
+    """What the handler acts on, taken from its command line once (main): never the argparse Namespace."""
+
+    state_dir: Path
+    url: str
+    lock_timeout: float
+    policy: Policy
+    #: The check's settings and the host's witness, for its own look at the server's process before it acts.
+    lifecycle: Settings
+    process: Options
+    command_timeout: float
+    dry_run: bool = False
+
+    def door(self, clock: Callable[[], Instant] = clocks.now) -> Door:
+        """The check's state store, locked on this server's restart history: its calls take turns."""
+        return Door(self.state_dir, self.url, self.policy.proxy,
+                    lock_on=history_file(self.state_dir, self.url, self.lock_timeout), now=clock)
+
+
+def configured(args: argparse.Namespace) -> Config:
+    """The Namespace read once, here: below main the handler sees only what it acts on."""
+    return Config(
+        state_dir=Path(args.state_dir) if args.state_dir else default_dir(),
+        url=args.url.rstrip("/"),
+        lock_timeout=args.lock_timeout,
+        policy=Policy(cooldown=args.cooldown, max_per_hour=args.max_per_hour,
+                      max_verdict_age=args.max_verdict_age, proxy=args.proxy),
+        lifecycle=option_table.settings_from(args, HANDLER),
+        process=option_table.options_from(args, HANDLER),
+        command_timeout=args.command_timeout,
+        dry_run=args.dry_run,
+    )
+
+
+class Weighed(NamedTuple):
+    """The decision, the verdict's word it was taken on, and the restarts on record."""
+
+    decision: Decision
+    word: str | None
+    entries: list[dict[str, Any]]
+
+
+def handle(config: Config, event: Event, command: list[str], log: Logger,
            clock: Callable[[], Instant] = clocks.now) -> int:
-    state_dir = Path(args.state_dir) if args.state_dir else default_dir()
-    url = args.url.rstrip("/")
     # Cheap exits first: most calls are OK or SOFT results and need neither lock nor files.
     early = screen(event)
     if early is not None:
         log("no restart" if early.kind == "skip" else "restart refused", early.why, event)
         return 0
-    history = history_file(state_dir, url, args.lock_timeout)
-    try:
-        history.lock()
-    except StateBusy:
-        log("no restart", f"another {PROG} call holds the restart lock for this server "
-                          f"(waited {args.lock_timeout:g} s)", event)
-        return 0
-    except StateRefused as err:  # another user could have written what it would decide on
-        log("no restart", f"{err}; not restarting on files it cannot trust", event)
-        return 1
-    except StateError as err:  # not a concurrent call: a directory it cannot write, which needs a human
-        log("no restart", f"cannot write the state directory {state_dir} ({err}); "
-                          "not restarting without a record", event)
-        return 1
-    try:
-        now = clock()
-        decision, verdict, entries = weigh(args, event, history, state_dir, url, now)
-        if not decision.act:
-            log("no restart" if decision.kind == "skip" else "restart refused", decision.why, event)
+    with config.door(clock) as door:
+        if door.busy:
+            log("no restart", f"another {PROG} call holds the restart lock for this server "
+                              f"(waited {config.lock_timeout:g} s)", event)
             return 0
-        if args.dry_run:
-            log("would restart (--dry-run)", decision.why, event)
+        if door.refused:  # another user could have written what it would decide on
+            log("no restart", f"{door.refused}; not restarting on files it cannot trust", event)
+            return 1
+        if door.unlocked:  # not a concurrent call: a directory it cannot write, which needs a human
+            log("no restart", f"cannot write the state directory {config.state_dir} ({door.unlocked}); "
+                              "not restarting without a record", event)
+            return 1
+        weighed = weigh(config, event, door)
+        if not weighed.decision.act:
+            log("no restart" if weighed.decision.kind == "skip" else "restart refused", weighed.decision.why, event)
             return 0
-        return _restart(args, event, command, log, decision, verdict.word if verdict else None, entries, history,
-                        state_dir, url, now, clock)
-    finally:
-        history.unlock()
+        if config.dry_run:
+            log("would restart (--dry-run)", weighed.decision.why, event)
+            return 0
+        return _restart(config, door, weighed, command, partial(log, event=event), clock)
 
 
-def weigh(args: argparse.Namespace, event: Event, history: StateFile, state_dir: Path, url: str,
-          at: Instant) -> tuple[Decision, Remembered | None, list[dict[str, Any]]]:
+def weigh(config: Config, event: Event, door: Door) -> Weighed:
     """The decision on what the files and the host say now (the history lock held): the handler's, and
     --status's, which reports it without acting."""
-    policy = Policy(cooldown=args.cooldown, max_per_hour=args.max_per_hour,
-                    max_verdict_age=args.max_verdict_age, proxy=args.proxy)
-    data, problem = check_file(state_dir, url, args.proxy).load()
-    saved = memory.from_json(data)
-    verdict = saved.last
-    now = at.wall
+    kept, history, at = door.kept, door.lock_on, door.at
+    verdict = kept.memory.last
     entries, hist_problem = load_history(history)
     stepped = bring_back(entries, at)
     if stepped:
@@ -140,36 +160,31 @@ def weigh(args: argparse.Namespace, event: Event, history: StateFile, state_dir:
             history.save({"restarts": entries})
         except StateError as err:
             hist_problem = f"{hist_problem} (not saved: {err})"
-    decision = decide(event, verdict, problem, restart_times(entries, at), policy, now)
+    decision = decide(event, verdict, kept.state_note, restart_times(entries, at), config.policy, at.wall)
     if decision.act and verdict is not None:  # never on a start the check could not see yet
-        lifecycle = option_table.settings_from(args, HANDLER)
-        process = option_table.options_from(args, HANDLER)
-        loading = still_loading(url, saved, verdict.word, lifecycle, process,
-                                read_marker(marker_path(state_dir, url), at))
+        loading = still_loading(config.url, kept.memory, verdict.word, config.lifecycle, config.process, kept.marker)
         if loading:
             decision = Decision(False, f"verdict {verdict.word!r}, but the server is {loading}", "refuse")
     if hist_problem:  # said whether or not it acts: the guards decided on what was left of the history
         decision = Decision(decision.act, f"{decision.why}; {hist_problem}", decision.kind)
-    return decision, verdict, entries
+    return Weighed(decision, verdict.word if verdict else None, entries)
 
 
-def _restart(args: argparse.Namespace, event: Event, command: list[str], log: Logger, decision: Decision,
-             word: str | None, entries: list[dict[str, Any]], history: StateFile, state_dir: Path,
-             url: str, at: Instant, clock: Callable[[], Instant]) -> int:
+def _restart(config: Config, door: Door, weighed: Weighed, command: list[str], log: Callable[[str, str], None],
+             clock: Callable[[], Instant]) -> int:
     # Record the attempt before running it: a restart that hangs or kills us still counts for the
     # cooldown and the circuit breaker. The marker tells the check "starting" while it loads.
-    entry = {**stamp(at), "verdict": word, "command": command[0], "rc": None}
-    entries = [*entries, entry][-HISTORY_KEEP:]
-    marker = marker_path(state_dir, url)
+    why, word, history = weighed.decision.why, weighed.word, door.lock_on
+    entry = {**stamp(door.at), "verdict": word, "command": command[0], "rc": None}
+    entries = [*weighed.entries, entry][-HISTORY_KEEP:]
     try:
         history.save({"restarts": entries})
-        write_json(marker, marker_json(at, by=PROG, verdict=word, in_progress=True))
+        door.mark(door.at, by=PROG, verdict=word, in_progress=True)
     except (StateError, OSError) as err:
-        log("no restart", f"{decision.why}, but the restart history cannot be written ({err}); "
-                          "not restarting without a record", event)
+        log("no restart", f"{why}, but the restart history cannot be written ({err}); not restarting without a record")
         return 1
     started = time.monotonic()
-    rc, tail = run_command(command, args.command_timeout, output_path(state_dir, url))
+    rc, tail = run_command(command, config.command_timeout, output_path(config.state_dir, config.url))
     took = time.monotonic() - started
     done = clock()
     entry.update(rc=rc, seconds=round(took, 3), **stamp(done, "done"))
@@ -179,19 +194,16 @@ def _restart(args: argparse.Namespace, event: Event, command: list[str], log: Lo
         print(f"{PROG}: restart history not updated: {err}", file=sys.stderr)
     if rc == 0:
         try:  # the start-up grace counts from the end of the restart: the model loads after it
-            write_json(marker, marker_json(done, by=PROG, verdict=word))
+            door.mark(done, by=PROG, verdict=word)
         except OSError as err:
             print(f"{PROG}: restart marker not updated: {err.strerror}", file=sys.stderr)
-    count = f"restart {this_hour(restart_times(entries, done), done.wall)} of at most {args.max_per_hour} this hour"
+    count = f"restart {this_hour(restart_times(entries, done), done.wall)} of at most {config.policy.max_per_hour} this hour"
     if rc == 0:
-        log("restarted", f"{decision.why}; ran {command[0]} in {took:.1f} s ({count})", event)
+        log("restarted", f"{why}; ran {command[0]} in {took:.1f} s ({count})")
         return 0
-    try:
-        marker.unlink()  # it did not restart: do not let the check call a dead server "starting"
-    except OSError:
-        pass
+    door.unmark()  # it did not restart: do not let the check call a dead server "starting"
     what = "timed out" if rc is None else f"exited {rc}"
-    log("restart failed", f"{decision.why}; {command[0]} {what}{': ' + tail if tail else ''} ({count})", event)
+    log("restart failed", f"{why}; {command[0]} {what}{': ' + tail if tail else ''} ({count})")
     return 1
 
 
@@ -213,14 +225,15 @@ def main(argv: list[str] | None = None) -> NoReturn:
         from check_vllm.restart.status import report
 
         try:
-            sys.exit(report(args, event, weigh))
+            config = configured(args)
+            sys.exit(report(event, config.door, lambda seen, door: weigh(config, seen, door).decision))
         except Exception as err:  # noqa: BLE001 - a check has no room for a traceback on stdout
             traceback.print_exc(file=sys.stderr)
             print(f"VLLM_RESTART UNKNOWN - internal error: {err.__class__.__name__}: {err}")
             sys.exit(3)
     log = Logger(args.url, args.log)
     try:
-        sys.exit(handle(args, event, command, log))
+        sys.exit(handle(configured(args), event, command, log))
     except KeyboardInterrupt:
         sys.exit(1)
     except Exception as err:  # noqa: BLE001 - a bug must still leave its one decision line in the log

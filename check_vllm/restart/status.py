@@ -12,42 +12,32 @@ a problem for the restart service too. It reads only local files (and /proc): it
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
 from check_vllm.contract.vocab import CODE_NAMES, CRITICAL, OK, UNKNOWN, WARNING
 from check_vllm.front import statusline
-from check_vllm.memory.statefile import StateBusy, StateError, StateRefused, default_dir
-from check_vllm.restart.history import history_file
-from check_vllm.restart.policy import Event, screen
-from check_vllm.server import clock as clocks
+from check_vllm.memory.door import Door
+from check_vllm.restart.policy import Decision, Event, screen
 
 LABEL = "VLLM_RESTART"
 
 
-def report(args: argparse.Namespace, event: Event, weigh: Any, clock: Any = clocks.now) -> int:
-    """Print one plugin line for the decision the handler would take now; return its exit code."""
-    state_dir = Path(args.state_dir) if args.state_dir else default_dir()
-    url = args.url.rstrip("/")
+def report(event: Event, door: Callable[[], Door], weigh: Callable[[Event, Door], Decision]) -> int:
+    """Print one plugin line for the decision the handler would take now (`weigh`, on the store `door` opens,
+    locked as the handler locks it); return its exit code."""
     soft, event = event.state_type != "HARD", replace(event, state_type="HARD")
     early = screen(event)
     if early is not None:  # a downtime or an acknowledgement holds any restart back
         return _say(WARNING, f"held back: {early.why}")
-    history = history_file(state_dir, url, args.lock_timeout)
-    try:
-        history.lock()
-    except StateBusy:
-        return _say(OK, "a restart decision is being made right now")
-    except StateRefused as err:
-        return _say(UNKNOWN, str(err))
-    except StateError as err:
-        return _say(UNKNOWN, f"cannot read the restart history: {err}")
-    try:
-        decision, _, _ = weigh(args, event, history, state_dir, url, clock())
-    finally:
-        history.unlock()
+    with door() as store:
+        if store.busy:
+            return _say(OK, "a restart decision is being made right now")
+        if store.refused:
+            return _say(UNKNOWN, store.refused)
+        if store.unlocked:
+            return _say(UNKNOWN, f"cannot read the restart history: {store.unlocked}")
+        decision = weigh(event, store)
     if decision.act and soft:  # the main service's max_check_attempts is a guard too: it confirms the problem
         attempt = f", attempt {event.attempt}" if event.attempt is not None else ""
         return _say(WARNING, f"held back: the main service is CRITICAL SOFT{attempt}, a restart waits for its HARD "
