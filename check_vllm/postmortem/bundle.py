@@ -1,0 +1,113 @@
+"""The post-mortem's directory: one per restart, `<root>/<UTC time>-<server pid>`, 0700, in a root vetted by
+the state directory's own rule (check_vllm.memory.statedir: another user's directory, one others may write to
+without a private `uid-N` in it, a planted link) and, beyond it, refused as a link itself or below a directory
+others may write to without the sticky bit (where anyone could rename it away and put their own in its place).
+Its files are made new (never through a link), 0600, handed to the directory's owner when root makes them,
+and the whole bundle holds to a byte allowance: a huge dump is cut, never the next file dropped unsaid."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+from check_vllm.memory import statedir
+
+#: A bundle's name: its UTC time, the server's pid, and a number when two fall in the same second.
+NAME_FORMAT = "%Y%m%dT%H%M%SZ"
+#: Kept aside for the README and collection.json, written last.
+LAST_WORDS = 16 << 10
+#: No single file takes more than this share of the allowance: one runaway dump leaves room for the rest.
+FILE_SHARE = 0.5
+
+
+class BundleRefused(Exception):
+    """The post-mortem root is not safe to write to; the message says why."""
+
+
+def _open_to_others(st: os.stat_result) -> bool:
+    return bool(st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)) and not st.st_mode & stat.S_ISVTX
+
+
+def _vet_above(where: Path) -> None:
+    """Every existing directory above `where` must be one no other user can rename things in."""
+    for above in reversed(where.parents):
+        try:
+            st = os.stat(above)
+        except OSError:
+            continue
+        if _open_to_others(st):
+            raise BundleRefused(
+                f"refusing the post-mortem directory {where}: {above} is writable by others without the sticky "
+                f"bit (mode {stat.S_IMODE(st.st_mode):04o}), so anyone could move it away and put their own in "
+                f"its place; chmod +t or go-w {above}, or choose another directory")
+
+
+def home(where: Path) -> Path:
+    """The vetted directory the bundles go in: `where`, or this user's `uid-N` in it when others share it."""
+    where = Path(os.path.abspath(where))
+    _vet_above(where)
+    try:
+        if stat.S_ISLNK(os.lstat(where).st_mode):
+            raise BundleRefused(f"refusing the post-mortem directory {where}: it is a symlink; give the real path")
+    except FileNotFoundError:
+        pass
+    mine = statedir.home(where)
+    try:
+        statedir.vet(mine)
+    except statedir.StateDirRefused as exc:
+        raise BundleRefused(f"post-mortem directory: {exc}") from None
+    return mine
+
+
+class Bundle:
+    """One restart's directory, made new, and its files, each written once and counted against the allowance."""
+
+    def __init__(self, path: Path, parent: Path, allowance: int):
+        self.path = path
+        self.parent = parent
+        self.left = max(allowance, 0)
+        self.files: list[tuple[str, int, bool]] = []  # (name, bytes kept, cut)
+
+    @classmethod
+    def create(cls, where: Path, pid: int, max_bytes: int, now: float | None = None) -> Bundle:
+        parent = home(where)
+        stamp = time.strftime(NAME_FORMAT, time.gmtime(time.time() if now is None else now))
+        for n in range(1000):
+            path = parent / (f"{stamp}-{pid}" + (f"-{n}" if n else ""))
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                continue
+            owner = statedir.heir(parent)
+            if owner is not None:
+                os.chown(path, *owner)
+            return cls(path, parent, max_bytes)
+        raise BundleRefused(f"no free bundle name for {stamp}-{pid} in {parent}")
+
+    def write(self, name: str, data: bytes | str, last: bool = False) -> str:
+        """Write `name` once (never through a link), cut to its share of what is left; "" or how it was cut.
+        Only the `last` files (README, collection.json) may take the part kept aside for them."""
+        raw = data.encode("utf-8", "replace") if isinstance(data, str) else bytes(data)
+        room = self.left if last else int(max(self.left - LAST_WORDS, 0) * FILE_SHARE)
+        cut = ""
+        if len(raw) > room:
+            note = f"\n[cut by check_vllm: {len(raw)} bytes, {room} kept: the post-mortem's size cap]\n".encode()
+            raw = raw[:max(room - len(note), 0)] + note if room > len(note) else b""
+            cut = f"cut to {len(raw)} of {len(data)} bytes by the size cap"
+        fd = os.open(self.path / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            statedir.hand_over(fd, self.parent)
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        self.left -= len(raw)
+        self.files.append((name, len(raw), bool(cut)))
+        return cut
+
+    def write_json(self, name: str, value: object, last: bool = False) -> str:
+        return self.write(name, json.dumps(value, indent=2, default=str, ensure_ascii=False) + "\n", last)

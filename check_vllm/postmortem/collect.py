@@ -1,0 +1,198 @@
+"""A post-mortem of a hung server, taken before its restart destroys it (issue 48): every step under one time
+budget, so the restart behind it is never held longer, whatever a dumper or the server does. The cheap and
+certain parts first (the evidence, /proc, the versions), the dumps after, each with its share of what is left;
+the /metrics page is read once in a thread meanwhile. A step that runs out of time, fails or finds its tool
+missing says so in the bundle, and the rest goes on."""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from check_vllm.postmortem import dumpers, readme, retention, stacks
+from check_vllm.postmortem import procs as procfs
+from check_vllm.postmortem.bundle import Bundle, BundleRefused
+from check_vllm.postmortem.dumpers import Tools
+from check_vllm.server.processes import engine_of
+
+#: The bundles kept by default, and the bytes all of them may hold (one bundle of a big vLLM is ~1-3 MB).
+KEEP = 20
+MAX_BYTES = 256 << 20
+#: The /metrics page kept (vLLM's is ~50 KB; a page this big is cut).
+METRICS_MAX = 4 << 20
+#: Kept back from the budget for the README, collection.json and the pruning, written after the last dump.
+RESERVE = 0.5
+#: What a dumper killed at its time-out may take beyond it (its grace, the SIGKILL, its output's reader).
+KILL_TIME = 2 * dumpers.GRACE + 0.2
+#: While gdb dumps follow (they stop the process, and the page with it), the page is waited for only this
+#: share of the budget; it is still taken if it comes before the end.
+METRICS_SHARE = 0.4
+
+Reader = Callable[[], "bytes | str"]
+
+
+@dataclass(frozen=True)
+class Result:
+    path: Path | None
+    took: float
+    steps: list[tuple[str, str]] = field(default_factory=list)
+
+
+class _Clock:
+    def __init__(self, budget: float):
+        self.start, self.budget = time.monotonic(), budget
+
+    def took(self) -> float:
+        return time.monotonic() - self.start
+
+    def left(self) -> float:
+        """What the steps may still spend: the budget less what the end of the collection needs."""
+        return self.budget - self.took() - RESERVE
+
+
+class _Page:
+    """The /metrics page, read once by `reader` in a thread of its own: a reader that hangs costs only the wait."""
+
+    def __init__(self, reader: Reader | None):
+        self.reader, self.error = reader, ""
+        self.page: bytes | str | None = None
+        self.thread = threading.Thread(target=self._read, daemon=True) if reader else None
+        if self.thread:
+            self.thread.start()
+
+    def _read(self) -> None:
+        assert self.reader is not None
+        try:
+            self.page = self.reader()
+        except Exception as exc:  # noqa: BLE001  (whatever the reader raises is the step's outcome)
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def wait(self, timeout: float) -> bool:
+        if self.thread:
+            self.thread.join(max(timeout, 0.0))
+        return self.thread is None or not self.thread.is_alive()
+
+
+def _step(steps: list[tuple[str, str]], name: str, run: Callable[[], str]) -> None:
+    """Run one step; whatever it raises is its outcome, never the collection's end."""
+    try:
+        steps.append((name, run()))
+    except Exception as exc:  # noqa: BLE001
+        steps.append((name, f"failed: {type(exc).__name__}: {exc}"[:300]))
+
+
+def _cut(note: str) -> str:
+    return f" ({note})" if note else ""
+
+
+def _processes(bundle: Bundle, family: Sequence[procfs.Proc], asked: Sequence[int]) -> str:
+    if not family:
+        return f"none of the processes {list(asked)} is alive"
+    note = bundle.write("tree.txt", procfs.tree(family))
+    for p in family:
+        note = bundle.write(f"proc-{p.pid}.txt", procfs.describe(p)) or note
+    gone = [pid for pid in asked if pid not in {p.pid for p in family}]
+    return f"ok: {len(family)} processes{f', gone: {gone}' if gone else ''}" + _cut(note)
+
+
+def _versions(bundle: Bundle, family: Sequence[procfs.Proc], clock: _Clock) -> str:
+    from check_vllm import __version__
+
+    lines = [f"check_vllm {__version__}", f"kernel {platform.release()} {platform.machine()}"]
+    for p in family:
+        engine = engine_of(p.argv)
+        if p.python:
+            lines += [f"pid {p.pid}: {v}" for v in procfs.versions(p)]
+        elif engine is not None and p.exe and clock.left() > 1.0:
+            said = dumpers.run([f"/proc/{p.pid}/exe", "--version"], min(3.0, clock.left() - KILL_TIME))
+            text = said.output.decode("utf-8", "replace").strip() if said.ok else said.outcome
+            lines += [f"pid {p.pid}: {engine.name} {p.exe} --version: " + text.replace("\n", "\n    ")]
+    return "ok" + _cut(bundle.write("versions.txt", "\n".join(dict.fromkeys(lines)) + "\n"))
+
+
+def _dump(bundle: Bundle, dump: stacks.Dump, clock: _Clock, after: int) -> str:
+    """One dumper, with its share of what is left (`after`: the dumps still to run after it)."""
+    if dump.argv is None:
+        return dump.why_not
+    timeout = min(dump.cap, clock.left() / (after + 1)) - KILL_TIME
+    if timeout < 0.2:
+        return "skipped: the budget was spent"
+    ran = dumpers.run(list(dump.argv), timeout)
+    return ran.outcome + (_cut(bundle.write(dump.file, ran.output)) if ran.output else "")
+
+
+def _metrics(bundle: Bundle, page: _Page, wait: float) -> str | None:
+    """The page's step outcome, or None while it is still being read."""
+    if page.reader is None:
+        return "not read: no reader given"
+    if not page.wait(wait):
+        return None
+    if page.error:
+        return f"failed: {page.error}"[:300]
+    raw = page.page.encode("utf-8", "replace") if isinstance(page.page, str) else bytes(page.page or b"")
+    cut = f"cut to {METRICS_MAX} of {len(raw)} bytes" if len(raw) > METRICS_MAX else ""
+    return f"ok: {len(raw)} bytes" + _cut(bundle.write("metrics.txt", raw[:METRICS_MAX]) or cut)
+
+
+def _take(bundle: Bundle, clock: _Clock, family: Sequence[procfs.Proc], page: _Page,
+          tools: Tools, steps: list[tuple[str, str]]) -> None:
+    """The dumps, phase by phase, and the page waited for between the first phase and the ones that stop."""
+    plan = stacks.plan(family, tools)
+    runs = [d for d in plan if d.argv is not None]
+    metrics: str | None = None
+    for dump in plan:
+        if metrics is None and dump.phase > stacks.FIRST:
+            stopping = any(d.phase > stacks.FIRST for d in runs)
+            wait = min(clock.left(), max(METRICS_SHARE * clock.budget - clock.took(), 0.0)) if stopping \
+                else clock.left()
+            metrics = _metrics(bundle, page, wait)
+            if metrics is not None:
+                steps.append(("metrics", metrics))
+        after = len(runs[runs.index(dump) + 1:]) if dump in runs else 0
+        _step(steps, dump.step, functools.partial(_dump, bundle, dump, clock, after))
+    if metrics is None:
+        late = _metrics(bundle, page, clock.left())
+        steps.append(("metrics", late or f"timed out: no page within {clock.took():.1f} s"))
+
+
+def collect(where: Path, pids: list[int], url_reader: Reader | None, evidence: Mapping[str, object],
+            budget: float = 20.0, keep: int = KEEP, max_bytes: int = MAX_BYTES,
+            tools: Tools | None = None) -> Result:
+    """Take the post-mortem of the server whose processes are `pids` (its API server first) into a new bundle
+    under `where`; return within `budget` seconds whatever the tools or the server do."""
+    clock = _Clock(budget)
+    try:
+        bundle = Bundle.create(Path(where), pids[0] if pids else os.getpid(), max_bytes)
+    except (BundleRefused, OSError) as exc:
+        return Result(None, clock.took(), [("bundle", f"not made: {exc}")])
+    page = _Page(url_reader)
+    steps: list[tuple[str, str]] = []
+    _step(steps, "evidence", lambda: "ok" + _cut(bundle.write_json("evidence.json", dict(evidence))))
+    family = procfs.family(pids)
+    _step(steps, "processes", lambda: _processes(bundle, family, pids))
+    _step(steps, "versions", lambda: _versions(bundle, family, clock))
+    _take(bundle, clock, family, page, tools or dumpers.find(), steps)
+    _finish(bundle, clock, steps, evidence, family)
+    retention.prune(bundle.parent, keep, max_bytes)
+    return Result(bundle.path, clock.took(), steps)
+
+
+def _finish(bundle: Bundle, clock: _Clock, steps: list[tuple[str, str]], evidence: Mapping[str, object],
+            family: Sequence[procfs.Proc]) -> None:
+    """collection.json and README.txt: written last, from what the steps said."""
+    took = clock.took()
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    said = {"bundle": bundle.path.name, "when": when, "budget": clock.budget, "took": round(took, 3),
+            "processes": [{"pid": p.pid, "ppid": p.ppid, "comm": p.comm, "state": p.state} for p in family],
+            "steps": [{"step": s, "outcome": o} for s, o in steps],
+            "summary": readme.summary(evidence, steps, took)}
+    bundle.write_json("collection.json", said, last=True)
+    files = list(bundle.files)
+    bundle.write("README.txt", readme.text(bundle.path.name, when, platform.node(), files, steps, took,
+                                           clock.budget), last=True)

@@ -1,0 +1,68 @@
+"""Which stack dumps a post-mortem takes of which process, in what order: py-spy for Python processes (vLLM's
+API server, EngineCore and workers, SGLang's schedulers), gdb for native ones (llama-server), then what is
+worth it only while time is left. py-spy's --nonblocking reads a process without stopping it, and reads one
+already stopped (SIGSTOP, ptrace), so it goes first; --native needs the process to stop for it, so it comes
+after, only for processes still running; gdb stops what it attaches to, so it comes after the /metrics read."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from check_vllm.postmortem.dumpers import INSTALL, Tools
+from check_vllm.postmortem.procs import Proc
+
+#: Each dumper's own time-out (the budget's share may be less): a healthy dump of a big process takes a
+#: fraction of it.
+PY_SPY_CAP = 10.0
+GDB_CAP = 15.0
+NVIDIA_CAP = 8.0
+
+#: Phases: before the /metrics page is waited for (nothing stopped), after it, and only with time to spare.
+FIRST, AFTER_METRICS, SPARE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Dump:
+    """One dumper's run: its step's name, the bundle file it fills, its command (None: the tool is missing,
+    `why_not` says how to get it), its own time-out and phase."""
+    step: str
+    file: str
+    argv: tuple[str, ...] | None
+    cap: float
+    phase: int
+    why_not: str = ""
+
+
+def _named(p: Proc) -> str:
+    return f"{p.pid} ({p.comm})"
+
+
+def py_spy(tool: str | None, p: Proc, native: bool = False) -> Dump:
+    flag = "--native" if native else "--nonblocking"
+    step = f"py-spy{' --native' if native else ''} {_named(p)}"
+    file = f"py-spy{'-native' if native else ''}-{p.pid}.txt"
+    if tool is None:
+        return Dump(step, file, None, PY_SPY_CAP, FIRST, f"py-spy not installed: {INSTALL['py-spy']}")
+    return Dump(step, file, (tool, "dump", "--pid", str(p.pid), flag), PY_SPY_CAP, SPARE if native else FIRST)
+
+
+def gdb(tool: str | None, p: Proc) -> Dump:
+    step, file = f"gdb {_named(p)}", f"gdb-{p.pid}.txt"
+    if tool is None:
+        return Dump(step, file, None, GDB_CAP, AFTER_METRICS, f"gdb not installed: {INSTALL['gdb']}")
+    argv = (tool, "-nx", "-batch", "-iex", "set debuginfod enabled off", "-p", str(p.pid),
+            "-ex", "set pagination off", "-ex", "info threads", "-ex", "thread apply all bt")
+    return Dump(step, file, argv, GDB_CAP, AFTER_METRICS)
+
+
+def plan(procs: Sequence[Proc], tools: Tools) -> list[Dump]:
+    """Every dump of the family, in the order they are taken (phase, then the family's order)."""
+    alive = [p for p in procs if p.state not in ("Z", "X")]
+    dumps = [py_spy(tools.py_spy, p) if p.python else gdb(tools.gdb, p) for p in alive]
+    if tools.py_spy is not None:  # a stopped process cannot be suspended: --native would only fail
+        dumps += [py_spy(tools.py_spy, p, native=True) for p in alive if p.python and p.state != "T"]
+    nvidia = (tools.nvidia_smi, "-q") if tools.nvidia_smi else None
+    dumps.append(Dump("nvidia-smi -q", "nvidia-smi.txt", nvidia, NVIDIA_CAP, AFTER_METRICS,
+                      "" if nvidia else "no nvidia-smi on this host"))
+    return sorted(dumps, key=lambda d: d.phase)
