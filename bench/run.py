@@ -418,7 +418,7 @@ def bench_real(state: Path, runs: int, wait: float) -> dict[str, float] | str:
 def _measure_real(srv: Any, state: Path, runs: int, idle: Callable[[str], bool]) -> dict[str, float]:
     srv.wait_for(idle, timeout=120)
     pid, hz = srv.pid, os.sysconf("SC_CLK_TCK")
-    args = ("--no-probe", "--min-gap", "0")  # idle and unprobed: one GET of /metrics per run, nothing else
+    args = ("--no-idle-completion", "--min-gap", "0")  # idle and unprobed: one GET of /metrics per run, nothing else
     states = {"restricted": state / "real" / "restricted", "whole": whole_page_state(state / "real" / "whole", srv.url)}
     cmds = {page: [*check_cmd(), "-u", srv.url, "--state-dir", str(where), *args] for page, where in states.items()}
     for cmd in cmds.values():

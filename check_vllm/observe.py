@@ -141,7 +141,7 @@ def _probed(step: Step, verdict: Verdict, got: Reading, fair: float,
     """The probe, and the reading an unanswered one needs (the judge's CONFIRM), judged once: by `judge` (the
     idle probe's after_probe unless given). A probe turned away as paused is the engine's own word, whoever
     asked for it."""
-    from check_vllm.judge.probe import after_probe, needs_reading, probe_failure  # only an idle engine's run
+    from check_vllm.judge.idle_completion import after_probe, needs_reading, probe_failure  # only an idle engine's run
 
     calls, settings = step.calls, step.settings
     outcome = calls.probe(calls.options.model or got.model)

@@ -111,7 +111,8 @@ def shared_options() -> str:
         span = "" if row.kind in (TEXT, FLAG) else \
             f"{row.low:g} to {row.high:g}" if math.isfinite(row.high) else f"from {row.low:g}"
         key = f"`{row.dest}`" if NETDATA in row.fronts else ""
-        lines.append(f"| `{row.flag}` | {key} | {default} | {span} | "
+        was = "".join(f" (was `{alias}`)" for alias in row.aliases)
+        lines.append(f"| `{row.flag}`{was} | {key} | {default} | {span} | "
                      + " | ".join("yes" if f in row.fronts else "" for f in fronts) + " |")
     return "\n".join(lines)
 
@@ -126,7 +127,8 @@ def _job_key(row) -> tuple[str, str, str]:
         "Netdata's" if row.dest == "update_every" else "none" if row.default is None else \
         f"{row.default:g}" if isinstance(row.default, float) else f"{row.default}"
     meaning = re.sub(r" ?\(default: %\(default\)[sg]\)|;? ?default: Netdata's update_every", "", row.help)
-    return row.dest, default, meaning.replace("%%", "%").replace("(required)", "").strip()
+    was = "".join(f" (was {key})" for key in row.alias_keys)
+    return row.dest + was, default, meaning.replace("%%", "%").replace("(required)", "").strip()
 
 
 def netdata_keys() -> str:
@@ -134,7 +136,8 @@ def netdata_keys() -> str:
     from check_vllm.netdata.config import KEY_ROWS
 
     lines = ["| key | default | meaning |", "|---|---|---|"]
-    lines += [f"| `{key}` | {default} | {meaning} |" for key, default, meaning in map(_job_key, KEY_ROWS)]
+    lines += [f"| `{key.split(' ')[0]}`{key[len(key.split(' ')[0]):]} | {default} | {meaning} |"
+              for key, default, meaning in map(_job_key, KEY_ROWS)]
     return "\n".join(lines) + "\n"
 
 
@@ -146,9 +149,10 @@ def netdata_conf_keys() -> str:
 
     lines = []
     for key, default, meaning in map(_job_key, KEY_ROWS):
-        text = textwrap.wrap(f"{meaning} [{default}]", 100, break_on_hyphens=False)
-        lines.append(f"#   {key:<15} {text[0]}")
-        lines += [f"#   {'':<15} {more}" for more in text[1:]]
+        name, _, was = key.partition(" ")
+        text = textwrap.wrap(f"{meaning} {was + ' ' if was else ''}[{default}]", 90, break_on_hyphens=False)
+        lines.append(f"#   {name:<24} {text[0]}")
+        lines += [f"#   {'':<24} {more}" for more in text[1:]]
     return "\n".join(lines) + "\n"
 
 

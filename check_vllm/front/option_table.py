@@ -20,7 +20,7 @@ CHECK, AGENT, HANDLER, NETDATA = "check_vllm", "check_vllm_agent", "check_vllm_r
 INT, FLOAT, TEXT, FLAG = "int", "float", "text", "flag"
 #: The URL every front end reads when none is given (the handler always wants it named: --url is required).
 DEFAULT_URL = "http://127.0.0.1:8000"
-#: At most one idle probe per this many seconds, where one process reads again and again (agent, Netdata).
+#: At most one idle completion per this many seconds, where one process reads again and again (agent, Netdata).
 PROBE_EVERY = 60.0
 
 _EVERY = frozenset({CHECK, AGENT, HANDLER})
@@ -32,7 +32,8 @@ _WITNESS = _EVERY | {NETDATA}
 
 class Option(NamedTuple):
     """One operator option. `field` names the Settings or Options field it sets ("" when none does);
-    `negate`: the flag turns that field off (--no-probe sets Options.probe False)."""
+    `negate`: the flag turns that field off (--no-idle-completion sets Options.probe False); `aliases`: the flags it
+    had before, which deployed command lines and Netdata jobs still use (documented in its help, accepted alike)."""
 
     flag: str
     kind: str
@@ -48,14 +49,25 @@ class Option(NamedTuple):
     negate: bool = False
     #: The values a text row takes (none: any).
     choices: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
 
     @property
     def dest(self) -> str:
         """The argparse destination, which is also the Netdata job's key (stuck_readings)."""
         return self.flag[2:].replace("-", "_")
 
+    @property
+    def alias_keys(self) -> tuple[str, ...]:
+        """The Netdata keys of its aliases (probe_timeout for --idle-completion-timeout)."""
+        return tuple(alias[2:].replace("-", "_") for alias in self.aliases)
 
-SERVER, DECISION, IDLE_PROBE, PROCESS, READING, STATE = ("server", "decision", "idle probe", "server process",
+    @property
+    def shown_help(self) -> str:
+        """Its help, naming the flags it had before."""
+        return self.help + (f" (was {', '.join(self.aliases)})" if self.aliases else "")
+
+
+SERVER, DECISION, IDLE_COMPLETION, PROCESS, READING, STATE = ("server", "decision", "idle completion", "server process",
                                                          "reading", "state")
 #: The server-process group's title: where its defaults come from.
 PROCESS_TITLE = ("server process (on the server's host; default: the engine server process whose command line, "
@@ -98,15 +110,16 @@ ROWS: tuple[Option, ...] = (
     Option("--max-age", FLOAT, DECISION, "a previous reading older than this is no baseline; must be longer than "
            "the check interval and than --stuck-seconds, --min-gap and --reread-delay (default: %(default)g)",
            frozenset({CHECK}), default=SETTINGS.max_age, metavar="S", field="max_age"),
-    Option("--probe-timeout", FLOAT, IDLE_PROBE, "seconds the 1-token completion may take when idle (default: "
-           "%(default)g)", _JUDGES, default=OPTIONS.probe_timeout, low=0.1, high=600, metavar="S",
-           field="probe_timeout"),
-    Option("--probe-every", FLOAT, IDLE_PROBE, "at most one 1-token probe per S seconds, only when idle (default: "
-           "%(default)g)", frozenset({AGENT, NETDATA}), default=PROBE_EVERY, low=1, high=86400, metavar="S"),
-    Option("--no-probe", FLAG, IDLE_PROBE, "never send a completion; idle is judged on /metrics", _READERS,
-           default=False, field="probe", negate=True),
-    Option("--model", TEXT, IDLE_PROBE, "model to probe (default: the model_name in /metrics, else the first of "
-           "/v1/models)", _JUDGES, field="model"),
+    Option("--idle-completion-timeout", FLOAT, IDLE_COMPLETION, "seconds the 1-token completion sent when idle may "
+           "take (default: %(default)g)", _JUDGES, default=OPTIONS.probe_timeout, low=0.1, high=600, metavar="S",
+           field="probe_timeout", aliases=("--probe-timeout",)),
+    Option("--idle-completion-every", FLOAT, IDLE_COMPLETION, "at most one idle completion per S seconds (default: "
+           "%(default)g)", frozenset({AGENT, NETDATA}), default=PROBE_EVERY, low=1, high=86400, metavar="S",
+           aliases=("--probe-every",)),
+    Option("--no-idle-completion", FLAG, IDLE_COMPLETION, "never send a completion; idle is judged on /metrics alone",
+           _READERS, default=False, field="probe", negate=True, aliases=("--no-probe",)),
+    Option("--model", TEXT, IDLE_COMPLETION, "model the idle completion names (default: the model_name in /metrics, "
+           "else the first of /v1/models)", _JUDGES, field="model"),
     Option("--state-dir", TEXT, STATE, "where the state file lives, the same for the check and its handler (default: "
            "$MP_STATE_PATH, $NAGIOS_PLUGIN_STATE_DIRECTORY, /var/lib/check_vllm, else the XDG state dir); in one "
            "that others may write to, each user keeps a private uid-N/", frozenset({CHECK, HANDLER}), metavar="DIR"),
@@ -162,15 +175,15 @@ def add(target: Any, front: str, group: str, required: Iterable[str] = ()) -> No
     for row in ROWS:
         if row.group != group or front not in row.fronts:
             continue
-        names = [row.short, row.flag] if row.short else [row.flag]
+        names = [*([row.short] if row.short else []), row.flag, *row.aliases]
         if row.kind == FLAG:
-            target.add_argument(*names, action="store_true", help=row.help)
+            target.add_argument(*names, action="store_true", help=row.shown_help)
         elif row.flag in must:
-            target.add_argument(*names, required=True, help=row.help.replace(" (default: %(default)s)", ""),
+            target.add_argument(*names, required=True, help=row.shown_help.replace(" (default: %(default)s)", ""),
                                 metavar=row.metavar)
         else:
             target.add_argument(*names, type=None if row.kind == TEXT else ranged(row), default=row.default,
-                                metavar=row.metavar, help=row.help, choices=row.choices or None)
+                                metavar=row.metavar, help=row.shown_help, choices=row.choices or None)
 
 
 def _given(values: Any, front: str) -> dict[str, Any]:

@@ -31,8 +31,8 @@ def epilog() -> str:
     lines = ["replies (verdict, state -> what HAProxy is told; then '#' and the verdict's text):"]
     lines += [f"  {word:<13} {state:<9} {words}" for word, state, words in reply.rows()]
     lines += ["", "A connection never causes a request to the backend: it gets the latest verdict, judged every "
-              "--interval.", "The idle probe (one 1-token completion) is sent only when /metrics shows no work, "
-              "at most once per --probe-every.", "Exit codes: 0 stopped by SIGTERM/SIGINT, 1 cannot listen, 2 bad "
+              "--interval.", "The idle completion (one 1-token completion) is sent only when /metrics shows no work, "
+              "at most once per --idle-completion-every.", "Exit codes: 0 stopped by SIGTERM/SIGINT, 1 cannot listen, 2 bad "
               "usage. The API key is read from $VLLM_API_KEY or --api-key-file."]
     return "\n".join(lines) + "\n"
 
@@ -58,7 +58,7 @@ def parser() -> argparse.ArgumentParser:
     option_table.add(a, AGENT, option_table.READING)
     option_table.add(p.add_argument_group("decision (the check's)"), AGENT, option_table.DECISION)
     option_table.add(p.add_argument_group(option_table.PROCESS_TITLE), AGENT, option_table.PROCESS)
-    option_table.add(p.add_argument_group(option_table.IDLE_PROBE), AGENT, option_table.IDLE_PROBE)
+    option_table.add(p.add_argument_group(option_table.IDLE_COMPLETION), AGENT, option_table.IDLE_COMPLETION)
     p.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
     return p
 
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         _fail(2, f"usage: {err} (see --help)")
     settings = option_table.settings_from(args, AGENT, min_gap=min(SETTINGS.min_gap, 0.5 * args.interval))
     observation = option_table.options_from(args, AGENT, reread=False)
-    watch = Watch(endpoint, settings, observation, args.interval, args.probe_every, say=say)
+    watch = Watch(endpoint, settings, observation, args.interval, args.idle_completion_every, say=say)
     try:
         server = AgentServer(address, lambda: watch.answer().line(), allow)
     except OSError as err:

@@ -4,8 +4,8 @@ Pure: no I/O, no clock, no httpx, no nagiosplugin. The check keeps the memory in
 runs and the Netdata collector keeps it in memory; both call these functions, so they never disagree.
 
 Work present plus movement of ANY progress signal is busy and healthy; stuck needs work present and
-no movement, proven by check_vllm.judge.proof. Counters of two processes are never compared. The idle
-probe's outcome is judged in check_vllm.judge.probe, a run without a reading in judge_silence.
+no movement, proven by check_vllm.judge.proof. Counters of two processes are never compared. The
+idle completion's outcome is judged in check_vllm.judge.idle_completion, a run without a reading in check_vllm.judge.no_reading.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
     d = p.add_argument_group(option_table.DECISION)
     option_table.add(d, CHECK, option_table.DECISION)
     option_table.add(p.add_argument_group(option_table.PROCESS_TITLE), CHECK, option_table.PROCESS)
-    option_table.add(p.add_argument_group(option_table.IDLE_PROBE), CHECK, option_table.IDLE_PROBE)
+    option_table.add(p.add_argument_group(option_table.IDLE_COMPLETION), CHECK, option_table.IDLE_COMPLETION)
     t = p.add_argument_group("thresholds (Nagios range syntax, e.g. 20, 10:, @5:10)")
     t.add_argument("-w", "--waiting-warning", metavar="RANGE", help="waiting requests")
     t.add_argument("-c", "--waiting-critical", metavar="RANGE", help="waiting requests")

@@ -77,7 +77,7 @@ CHARTS: tuple[Chart, ...] = (
 
 def charts_for(job: Job) -> tuple[Chart, ...]:
     return tuple(c for c in CHARTS
-                 if (not c.needs_metrics or not job.proxy) and (not c.needs_probe or job.probes))
+                 if (not c.needs_metrics or not job.proxy) and (not c.needs_probe or job.completes_when_idle))
 
 
 def _q(text: str) -> str:
@@ -124,7 +124,7 @@ def collect(job: Job, verdict: Verdict, reading: Reading | None, engines: tuple[
         "state": {word_id(w): int(w == verdict.word) for w in WORDS},
         "stalled": {"stalled": int(round((verdict.stalled_seconds or 0.0) * 1000))},
     }
-    if probe_seconds is not None and job.probes:
+    if probe_seconds is not None and job.completes_when_idle:
         data["probe"] = {"latency": int(round(probe_seconds * 1000))}
     if reading is None or job.proxy:
         return data

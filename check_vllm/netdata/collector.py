@@ -6,7 +6,7 @@ update_every on the monotonic clock, and hands whole blocks to one locked writer
 server delays only its own charts, never the other jobs'.
 
 Probing is rare by construction: the decision engine asks for a probe only when no work is present,
-and the job sends one at most once per `probe_every` (never when `probe = no` or in proxy mode).
+and the job sends one at most once per `idle_completion_every` (never when `idle_completion = no` or in proxy mode).
 Every other tick costs one GET /metrics: of the restricted page (check_vllm.server.api), or of the whole page
 for a server that does not serve that one. Which page a server serves lives in the job's memory with the
 rest of it (check_vllm.contract.kept.Memory.whole_page), so the collector learns it once, like the check does.
@@ -63,9 +63,9 @@ class JobCollector:
         self.settings = option_table.settings_from(job, NETDATA,
                                                    min_gap=min(SETTINGS.min_gap, 0.5 * job.update_every))
         # The next tick reads again anyway: never sleep for a second reading inside one.
-        self.options = option_table.options_from(job, NETDATA, probe=job.probes, reread=False)
+        self.options = option_table.options_from(job, NETDATA, probe=job.completes_when_idle, reread=False)
         now = clock.now if wall is None and mono is None else given_clock(wall or time.time, self.mono)
-        self.observer = Observer(self.client, self.endpoint, self.settings, self.options, job.probe_every,
+        self.observer = Observer(self.client, self.endpoint, self.settings, self.options, job.idle_completion_every,
                                  now=now, mono=self.mono)
         self.engines: tuple[str, ...] = ()  # engines that have their own dimensions (bounded)
         self.model: str | None = None

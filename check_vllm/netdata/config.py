@@ -35,7 +35,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class Job:
     """One job: its keys are the option table's Netdata rows (their `dest`), plus Netdata's own update_every and
-    probe; tests/unit/test_option_table.py holds the two sets equal."""
+    idle_completion; tests/unit/test_option_table.py holds the two sets equal."""
 
     name: str  # sanitised section name: charts are vllm_<name>.<chart>
     url: str
@@ -44,10 +44,10 @@ class Job:
     engine: str = OPTIONS.engine
     stuck_readings: int = BY_FLAG["--stuck-readings"].default
     stuck_seconds: float = BY_FLAG["--stuck-seconds"].default
-    probe: bool = OPTIONS.probe
-    #: At most one idle probe per this many seconds.
-    probe_every: float = BY_FLAG["--probe-every"].default
-    probe_timeout: float = BY_FLAG["--probe-timeout"].default
+    idle_completion: bool = OPTIONS.probe
+    #: At most one idle completion per this many seconds.
+    idle_completion_every: float = BY_FLAG["--idle-completion-every"].default
+    idle_completion_timeout: float = BY_FLAG["--idle-completion-timeout"].default
     model: str | None = None
     #: Per-request timeout for /metrics and /v1/models; a slow server delays only its own job.
     timeout: float = BY_FLAG["--timeout"].default
@@ -68,8 +68,9 @@ class Job:
         return f"vllm_{self.name}"
 
     @property
-    def probes(self) -> bool:
-        return self.probe and not self.proxy
+    def completes_when_idle(self) -> bool:
+        """It sends the idle completion: asked to, and not through a balancer (where it could reach any backend)."""
+        return self.idle_completion and not self.proxy
 
     def __repr__(self) -> str:  # never print the key
         return f"Job(name={self.name!r}, url={self.url!r}, update_every={self.update_every})"
@@ -82,16 +83,17 @@ _BOOLS = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false"
 #: Netdata's own: how often a job is collected (never faster than the plugin, whose interval is its default).
 _UPDATE_EVERY = Option("--update-every", INT, "", "seconds between readings (never faster than the plugin's; "
                        "default: Netdata's update_every)", frozenset({NETDATA}), low=1, high=3600)
-#: The job's own words for what the command lines say otherwise (its url is required, its probe a yes/no).
+#: The job's own words for what the command lines say otherwise (its url is required, its idle completion a yes/no).
 _URL = Option("--url", TEXT, "", "the server's base URL, http:// or https:// (required)", frozenset({NETDATA}))
-_PROBE = Option("--probe", FLAG, "", "yes: send a 1-token completion when idle, to prove the engine answers "
-                "(the command lines' --no-probe is probe = no)", frozenset({NETDATA}), default=OPTIONS.probe)
+_IDLE_COMPLETION = Option("--idle-completion", FLAG, "", "yes: send a 1-token completion when idle, to prove the "
+                          "engine answers (the command lines' --no-idle-completion is idle_completion = no)",
+                          frozenset({NETDATA}), default=OPTIONS.probe, aliases=("--probe",))
 #: The job's keys from the option table (their kinds, bounds, choices and defaults are the table's); `url` is
 #: read apart (required, and checked as a URL).
 ROWS_OF_A_JOB = tuple(row for row in ROWS if NETDATA in row.fronts and row.dest != "url")
 #: Every key a section may hold, as rows: what docs/netdata.md's table and contrib/netdata/vllm.conf's header say.
-KEY_ROWS = (_URL, _UPDATE_EVERY, _PROBE, *ROWS_OF_A_JOB)
-KEYS = tuple(row.dest for row in KEY_ROWS)
+KEY_ROWS = (_URL, _UPDATE_EVERY, _IDLE_COMPLETION, *ROWS_OF_A_JOB)
+KEYS = tuple(key for row in KEY_ROWS for key in (row.dest, *row.alias_keys))
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -128,22 +130,31 @@ def _flag(sec: configparser.SectionProxy, key: str, default: bool) -> bool:
     return _BOOLS[raw]
 
 
+def _key(row: Option, sec: configparser.SectionProxy) -> str:
+    """The key the section gives the row by: its own, else the one it had before (probe_timeout), never both."""
+    given = [key for key in (row.dest, *row.alias_keys) if key in sec]
+    if len(given) > 1:
+        raise ConfigError(f"{' and '.join(given)} are one key (its old and new names): keep {row.dest}")
+    return given[0] if given else row.dest
+
+
 def _value(row: Option, sec: configparser.SectionProxy) -> Any:
     """One row's value in a section: its default when left out; a ConfigError saying what is wrong."""
-    raw = sec.get(row.dest)
+    key = _key(row, sec)
+    raw = sec.get(key)
     if row.kind == FLAG:
-        return _flag(sec, row.dest, row.default)
+        return _flag(sec, key, row.default)
     if row.kind == TEXT:
         text = (raw or "").strip()
         if row.choices:
             text = text.lower() or row.default
             if text not in row.choices:
-                raise ConfigError(f"{row.dest} = {text!r} is not one of {', '.join(row.choices)}")
+                raise ConfigError(f"{key} = {text!r} is not one of {', '.join(row.choices)}")
         return text or row.default
     if raw is None or not raw.strip():
         return row.default
     try:
-        value = job_number(row, raw)
+        value = job_number(row._replace(flag="--" + key), raw)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     return int(value) if row.kind == INT else value
@@ -165,7 +176,7 @@ def parse_job(section: str, sec: configparser.SectionProxy, plugin_every: int) -
         raise ConfigError(str(err)) from None
     job = Job(name=job_name(section), url=url,
               update_every=max(every, plugin_every),  # a job never runs faster than the plugin
-              probe=_flag(sec, _PROBE.dest, _PROBE.default), **{row.dest: _value(row, sec) for row in ROWS_OF_A_JOB})
+              idle_completion=_value(_IDLE_COMPLETION, sec), **{row.dest: _value(row, sec) for row in ROWS_OF_A_JOB})
     try:
         return replace(job, endpoint=endpoint_from(job, NETDATA, as_key))
     except UsageError as err:

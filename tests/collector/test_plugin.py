@@ -77,7 +77,7 @@ def test_a_frozen_engine_drives_the_state_chart_to_stuck(make_sim, clock):
 
 def test_idle_is_probed_at_most_once_per_probe_every(make_sim, clock):
     sim = make_sim(scenario="idle")
-    c = collector(Job("t", sim.url, probe_every=60), clock)
+    c = collector(Job("t", sim.url, idle_completion_every=60), clock)
     probes = []
     for _ in range(5):
         text = c.tick()
@@ -92,7 +92,7 @@ def test_idle_is_probed_at_most_once_per_probe_every(make_sim, clock):
 
 def test_probe_off_sends_no_inference_request_and_has_no_probe_chart(make_sim, clock):
     sim = make_sim(scenario="idle")
-    c = collector(Job("t", sim.url, probe=False), clock)
+    c = collector(Job("t", sim.url, idle_completion=False), clock)
     text = c.tick()
     assert "vllm_t.probe" not in text and word(text) == "idle"
     assert sim.inference_requests() == []
@@ -173,7 +173,7 @@ def test_proxy_mode_only_reads_v1_models(make_sim, clock, proxy):
 def test_a_wedged_idle_engine_stays_stalling_then_stuck_between_probes(make_sim, clock):
     """Issue 22 item 8: the ticks between probes keep the unanswered probe's word, so vllm_stuck does not flap."""
     sim = make_sim(scenario="hung_idle")
-    c = collector(Job("t", sim.url, stuck_readings=2, stuck_seconds=3, probe_every=3, probe_timeout=0.3), clock)
+    c = collector(Job("t", sim.url, stuck_readings=2, stuck_seconds=3, idle_completion_every=3, idle_completion_timeout=0.3), clock)
     seen = []
     for _ in range(7):
         seen.append(word(c.tick()))
@@ -242,7 +242,7 @@ def test_sglang_busy_then_frozen_is_told_by_counters_and_the_probe_never_by_its_
     from vllm_simulator.sglang_engine import SglangOptions
 
     sim = make_sim(port=0, flavour="sglang", sglang=SglangOptions(health_poll_seconds=0.05), scenario="busy")
-    c = collector(Job("t", sim.url, stuck_readings=2, stuck_seconds=3, probe_every=1, probe_timeout=0.5,
+    c = collector(Job("t", sim.url, stuck_readings=2, stuck_seconds=3, idle_completion_every=1, idle_completion_timeout=0.5,
                       engine="sglang"), clock)
     c.tick()
     time.sleep(0.3)

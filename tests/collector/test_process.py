@@ -84,7 +84,7 @@ def test_config_defaults_bad_sections_and_secrets(tmp_path):
         "[gpu_1]\nurl = http://10.0.0.5\n",
         plugin_every=2,
     )
-    assert [(j.name, j.url, j.update_every, j.stuck_seconds, j.probes) for j in jobs] == [
+    assert [(j.name, j.url, j.update_every, j.stuck_seconds, j.completes_when_idle) for j in jobs] == [
         ("gpu_1", "http://10.0.0.1:8000", 5, 30.0, False),
         ("slow", "http://10.0.0.2:8000", 2, 30.0, True),
     ]

@@ -45,7 +45,7 @@ def ticks_until(c: JobCollector, job: str, want: str, timeout: float) -> list[st
 
 
 def test_netdata_collector_frozen_engine_goes_stuck_and_recovers(vllm_server: VllmServer):
-    job = Job("real", vllm_server.url, update_every=1, stuck_readings=2, stuck_seconds=3, probe=False)
+    job = Job("real", vllm_server.url, update_every=1, stuck_readings=2, stuck_seconds=3, idle_completion=False)
     c = JobCollector(job, say=lambda message: None)
     ensure_idle(vllm_server)
     engine = vllm_server.engine_core_pid()

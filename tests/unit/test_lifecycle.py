@@ -211,7 +211,7 @@ def test_a_refused_or_dead_probe_goes_through_the_one_door():
     (probe_failure), judged with what the host saw like every other; a dead engine is down whatever it shows."""
     from check_vllm.contract.values import ENGINE_DEAD, ProbeOutcome
     from check_vllm.contract.values import REFUSED as PROBE_REFUSED
-    from check_vllm.judge.probe import probe_failure
+    from check_vllm.judge.idle_completion import probe_failure
 
     idle = assess(Memory(), reading(running=0.0), S, at(100.0))
     refused = probe_failure(ProbeOutcome(PROBE_REFUSED, 0.0, "connection refused"))

@@ -120,10 +120,33 @@ def test_tls_rows_on_every_front_end(front, tmp_path):
 
 def test_a_netdata_job_takes_every_row_that_names_it_and_nothing_else():
     rows = {row.dest for row in ROWS if NETDATA in row.fronts}
-    assert set(netdata_config.KEYS) == rows | {"update_every", "probe"}
+    old = {key for row in ROWS if NETDATA in row.fronts for key in row.alias_keys}
+    assert set(netdata_config.KEYS) == rows | old | {"update_every", "idle_completion", "probe"}
     fields = set(netdata_config.Job.__dataclass_fields__)
     assert rows <= fields, rows - fields
     witness = job(pid_file="/run/vllm.pid", server_port="8001", server_user="vllm", start_grace="60")
     assert option_table.options_from(witness, NETDATA).pid_file == "/run/vllm.pid"
     assert option_table.options_from(witness, NETDATA).server_port == 8001
     assert option_table.settings_from(witness, NETDATA).start_grace == 60.0
+
+
+@pytest.mark.parametrize("front", sorted(PARSERS))
+def test_an_old_flag_is_an_alias_of_its_new_name(front):
+    """Deployed command lines keep working: --probe-timeout is --idle-completion-timeout, and its help says so."""
+    base = ["--state", "OK", "--state-type", "HARD", "-u", "http://127.0.0.1:8000"] if front == HANDLER else []
+    for row in ROWS:
+        if front not in row.fronts or not row.aliases:
+            continue
+        for alias in row.aliases:
+            given = [alias] if row.kind == FLAG else [alias, "7"]
+            args = PARSERS[front]().parse_args([*base, *given])
+            assert getattr(args, row.dest) == (True if row.kind == FLAG else 7), (front, alias)
+        assert f"(was {', '.join(row.aliases)})" in PARSERS[front]().format_help().replace("\n", " ").replace(
+            "  ", " ") or all(a in PARSERS[front]().format_help() for a in row.aliases)
+
+
+def test_a_netdata_job_takes_a_keys_old_name_but_not_both():
+    assert job(probe_timeout="7").idle_completion_timeout == 7.0
+    assert job(probe="no").idle_completion is False
+    with pytest.raises(netdata_config.ConfigError, match="idle_completion_every and probe_every are one key"):
+        job(probe_every="5", idle_completion_every="6")

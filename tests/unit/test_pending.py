@@ -9,7 +9,7 @@ from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import ANSWERED, NO_ANSWER, REJECTED, EngineReading, ProbeOutcome, Reading
 from check_vllm.contract.vocab import CRITICAL, OK, WARNING
 from check_vllm.judge.assess import assess
-from check_vllm.judge.probe import after_probe
+from check_vllm.judge.idle_completion import after_probe
 
 S = Settings(stuck_readings=2, stuck_seconds=120.0, min_gap=2.0, max_age=3600.0)
 T0 = 1_700_000_000.0

@@ -23,8 +23,8 @@ from check_vllm.contract.values import (
 )
 from check_vllm.contract.vocab import CRITICAL, DOWN, NO_METRICS, OK, PROXY, UNRESPONSIVE, WARNING
 from check_vllm.judge.assess import assess
+from check_vllm.judge.idle_completion import after_probe, probe_failure
 from check_vllm.judge.no_reading import assess_failure
-from check_vllm.judge.probe import after_probe, probe_failure
 
 T0 = 1_700_000_000.0
 BOOT = "5b2c1e7e-0000-4000-8000-000000000001"

@@ -35,8 +35,8 @@ from check_vllm.contract.values import (
 )
 from check_vllm.contract.vocab import CRITICAL, OK
 from check_vllm.judge.assess import assess
+from check_vllm.judge.idle_completion import after_probe, probe_failure
 from check_vllm.judge.no_reading import assess_failure
-from check_vllm.judge.probe import after_probe, probe_failure
 from check_vllm.memory import codec
 from check_vllm.server.reading import NotMetrics, parse
 

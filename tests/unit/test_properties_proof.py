@@ -29,8 +29,8 @@ from check_vllm.contract.values import (
 )
 from check_vllm.contract.vocab import CONFIRM, CRITICAL
 from check_vllm.judge.assess import assess
+from check_vllm.judge.idle_completion import after_probe, probe_failure
 from check_vllm.judge.no_reading import assess_failure
-from check_vllm.judge.probe import after_probe, probe_failure
 from check_vllm.memory import codec
 
 BOOT = "boot-1"

@@ -20,8 +20,8 @@ from check_vllm.contract.values import (
 )
 from check_vllm.contract.vocab import CRITICAL, DOWN, OK, UNKNOWN, UNRESPONSIVE, WARNING
 from check_vllm.judge.assess import assess
+from check_vllm.judge.idle_completion import after_probe, probe_failure
 from check_vllm.judge.no_reading import assess_failure
-from check_vllm.judge.probe import after_probe, probe_failure
 from check_vllm.memory import codec
 
 S = Settings(stuck_readings=2, stuck_seconds=120.0, min_gap=2.0, max_age=3600.0)

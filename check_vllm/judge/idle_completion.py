@@ -1,4 +1,5 @@
-"""The idle probe's outcome judged: (idle verdict, outcome, re-read) -> Verdict. Pure.
+"""The idle completion's outcome judged (the 1-token completion sent when no work is in sight; "probe" in this package
+always means it, never an orchestrator's probe): (idle verdict, outcome, re-read) -> Verdict. Pure.
 
 It judges the probe, never silence: a probe refused, or answered by an API server whose engine died, is a
 run without a reading (probe_failure), judged where every such run is.
