@@ -1,6 +1,6 @@
 """One run of the check with its state file: lock, load, the restart marker, observe, save; and what came of it,
 as a plain value that the Nagios adapter (check_vllm.nagios.plugin) and the orchestrator probe
-(check_vllm.nagios.probe) read alike. Nothing here raises for a state file: every fault of ours is in the outcome.
+(check_vllm.probes.exec_probe) read alike. Nothing here raises for a state file: every fault of ours is in the outcome.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Regenerate what the docs carry from the code, so none of it drifts: the usage block of docs/usage.md from
 `check_vllm --help`, the agent's in docs/haproxy-agent.md from `check_vllm_agent --help`, the README's
 verdict table from the contract's table (check_vllm.contract.vocab.VERDICTS), docs/probes.md's probe table from
-check_vllm.contract.probes, docs/how-it-decides.md's sample lines (from the golden table of
+check_vllm.probes.answers, docs/how-it-decides.md's sample lines (from the golden table of
 tests/e2e/test_golden.py) and exit-code table, and the README's reliability tables and docs/soak.md's tables of
 the run from the report of one 60-minute soak (docs/soak-60min.json, written by `SOAK_MINUTES=60 tox -e soak`).
 
-docs/usage.md's table of the options the front ends share comes from check_vllm.front.option_table.
+docs/usage.md's table of the options the front ends share comes from check_vllm.cli.option_table.
 
 Run `python tools/update_readme.py`; tests/unit/test_readme.py fails when any of them is stale.
 """
@@ -95,10 +95,10 @@ def _between(text: str, start: str, end: str, block: str) -> str:
 
 
 def shared_options() -> str:
-    """docs/usage.md's table of the options the front ends share, from check_vllm.front.option_table."""
+    """docs/usage.md's table of the options the front ends share, from check_vllm.cli.option_table."""
     import math
 
-    from check_vllm.front.option_table import AGENT, CHECK, FLAG, HANDLER, NETDATA, ROWS, TEXT
+    from check_vllm.cli.option_table import AGENT, CHECK, FLAG, HANDLER, NETDATA, ROWS, TEXT
 
     fronts = (CHECK, AGENT, HANDLER, NETDATA)
     lines = ["| option | Netdata key | default | range | " + " | ".join(f"`{f}`" for f in fronts) + " |",
@@ -121,7 +121,7 @@ def _job_key(row) -> tuple[str, str, str]:
     """A Netdata job key's name, default and meaning, from its row (check_vllm.netdata.config.KEY_ROWS)."""
     import re
 
-    from check_vllm.front.option_table import FLAG
+    from check_vllm.cli.option_table import FLAG
 
     default = ("yes" if row.default else "no") if row.kind == FLAG else "(required)" if row.dest == "url" else \
         "Netdata's" if row.dest == "update_every" else "none" if row.default is None else \
@@ -185,9 +185,9 @@ def verdicts() -> str:
 
 def probes() -> str:
     """docs/probes.md's table: each verdict and state, and a fault of ours, as each probe kind answers it
-    (check_vllm.contract.probes, which reads the restartable words and the rotation table)."""
-    from check_vllm.contract.probes import KINDS, STARTUP, Seen, answer
+    (check_vllm.probes.answers, which reads the restartable words and the rotation table)."""
     from check_vllm.contract.vocab import CODE_NAMES, VERDICTS
+    from check_vllm.probes.answers import KINDS, STARTUP, Seen, answer
 
     def cell(kind: str, seen: Seen) -> str:
         a = answer(kind, seen)

@@ -1,6 +1,6 @@
 """Every default, once: how the judge weighs evidence (Settings), what one observation may do on the wire
 (Options), and the time-outs of a run, a lock and a connection. The front ends' options take their defaults
-from here (check_vllm.front.option_table); nothing restates a number. Pure.
+from here (check_vllm.cli.option_table); nothing restates a number. Pure.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Whether a verdict lets a server take new work: the rotation column of the contract's rows, by word. Pure.
 
 Shared by every consumer that takes capacity out or puts it back: the HAProxy agent words each entry
-for HAProxy (check_vllm.haproxy.reply), the readiness probe passes or fails on it (check_vllm.contract.probes).
+for HAProxy (check_vllm.haproxy.reply), the readiness probe passes or fails on it (check_vllm.probes.answers).
 
 The asymmetry this table encodes: taking a server out of rotation is cheap and reversible, a restart is
 neither. So the first sign (a word that is not proof: stalling, starting, unresponsive while unproven)

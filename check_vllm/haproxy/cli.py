@@ -12,11 +12,11 @@ import threading
 from typing import Any, NoReturn
 
 from check_vllm import __version__
+from check_vllm.cli import option_table
+from check_vllm.cli.args import Parser, UsageError, check_url, number
+from check_vllm.cli.option_table import AGENT
 from check_vllm.contract.defaults import SETTINGS
-from check_vllm.contract.probes import AGENT_PORT, host_port
-from check_vllm.front import option_table
-from check_vllm.front.args import Parser, UsageError, check_url, number
-from check_vllm.front.option_table import AGENT
+from check_vllm.probes.answers import AGENT_PORT, host_port
 
 from . import reply
 
@@ -77,9 +77,10 @@ def _fail(code: int, message: str) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    from check_vllm.front.connection import endpoint_from
+    from check_vllm.cli.connection import endpoint_from
+    from check_vllm.cli.peers import parse_allow
 
-    from .listen import AgentServer, parse_allow, parse_listen
+    from .listen import AgentServer, parse_listen
     from .watch import Watch
 
     try:
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         _fail(1, f"cannot listen on {args.listen}: {err.strerror or err}")
     servers: list[Any] = [server]
     if probe_address is not None:
-        from .probes_http import ProbeServer
+        from check_vllm.probes.httpget import ProbeServer
 
         try:
             servers.append(ProbeServer(probe_address, lambda: watch.answer().seen, allow))

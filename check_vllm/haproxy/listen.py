@@ -13,14 +13,14 @@ before any thread or byte is spent on it.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import socketserver
 import threading
 import time
 from collections.abc import Callable, Sequence
 
-from check_vllm.contract.probes import host_port
+from check_vllm.cli.peers import Network, peer_allowed
+from check_vllm.probes.answers import host_port
 
 #: Connections that may wait at once for their peer to close after the reply; more are answered and closed.
 MAX_CLIENTS = 32
@@ -29,7 +29,6 @@ DEADLINE = 1.0
 #: Bytes of agent-send read after the reply, at most (HAProxy sends a short line).
 MAX_READ = 64 * 1024
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -69,39 +68,6 @@ def _drain(sock: socket.socket, deadline: float) -> None:
             read += len(chunk)
     except OSError:  # includes the timeout and "nothing more there" of a non-blocking read
         pass
-
-
-def parse_allow(text: str) -> list[Network]:
-    """ADDR or CIDR, comma-separated -> networks; ValueError with the reason."""
-    nets = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        try:
-            nets.append(ipaddress.ip_network(part.strip("[]"), strict=False))
-        except ValueError:
-            raise ValueError(f"--allow {part!r}: not an IP address or network (10.0.0.5, 10.0.0.0/24, ::1)") from None
-    if not nets:
-        raise ValueError("--allow needs at least one address")
-    return nets
-
-
-def allowed(peer: str, nets: Sequence[Network]) -> bool:
-    """Whether `peer` (as accept() gave it; an IPv4 peer of a dual-stack socket comes as ::ffff:a.b.c.d)
-    is in one of `nets`."""
-    try:
-        ip = ipaddress.ip_address(peer.split("%", 1)[0])
-    except ValueError:
-        return False
-    mapped = getattr(ip, "ipv4_mapped", None)
-    ip = mapped or ip
-    return any(ip.version == net.version and ip in net for net in nets)
-
-
-def peer_allowed(client_address: object, nets: Sequence[Network]) -> bool:
-    """A listener's verify_request: every peer without an allow list, else only the listed ones."""
-    if not nets:
-        return True
-    host = client_address[0] if isinstance(client_address, tuple) and client_address else ""
-    return allowed(str(host), nets)
 
 
 class AgentServer(socketserver.ThreadingTCPServer):

@@ -20,9 +20,9 @@ from typing import NamedTuple
 import httpx
 
 from check_vllm.contract.defaults import Options, Settings
-from check_vllm.contract.probes import Seen
 from check_vllm.contract.verdict import Verdict
 from check_vllm.long_running import Observer, given_clock, next_slot
+from check_vllm.probes.answers import Seen
 from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint
 
@@ -38,7 +38,7 @@ class Latest(NamedTuple):
     reply: Reply
     summary: str
     at: float
-    #: What the same judgement tells an orchestrator's probe (check_vllm.contract.probes).
+    #: What the same judgement tells an orchestrator's probe (check_vllm.probes.answers).
     seen: Seen = Seen(fault="no verdict yet: the agent is starting")
 
     def line(self) -> str:

@@ -11,15 +11,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from check_vllm import __version__
+from check_vllm.cli import option_table, statusline
+from check_vllm.cli.args import Deadline, Parser, UsageError, check_url, number
+from check_vllm.cli.option_table import CHECK
 from check_vllm.contract.defaults import LOCK_TIMEOUT, RUN_TIMEOUT, SETTINGS
-from check_vllm.contract.probes import REUSE_MAX, REUSE_OPTION
 from check_vllm.contract.vocab import CODE_NAMES, UNKNOWN
-from check_vllm.front import option_table, statusline
-from check_vllm.front.args import Deadline, Parser, UsageError, check_url, number
-from check_vllm.front.option_table import CHECK
+from check_vllm.probes.answers import REUSE_MAX, REUSE_OPTION
 
 if TYPE_CHECKING:
-    from check_vllm.contract.probes import Answer
+    from check_vllm.probes.answers import Answer
 
 PROG = CHECK
 
@@ -69,8 +69,8 @@ def parser() -> argparse.ArgumentParser:
                    help="whole run, UNKNOWN beyond it (default: %(default)g)")
     g.add_argument("-v", "--verbose", action="count", default=0, help="more output (repeatable)")
     g.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
-    # issue 28: one block, the probe's own (check_vllm.nagios.probe, check_vllm.contract.probes)
-    from check_vllm.contract.probes import AGENT_OPTION, KINDS, OPTION
+    # issue 28: one block, the probe's own (check_vllm.probes.exec_probe, check_vllm.probes.answers)
+    from check_vllm.probes.answers import AGENT_OPTION, KINDS, OPTION
 
     o = p.add_argument_group("orchestrator probe (docs/probes.md)")
     o.add_argument(OPTION, choices=KINDS, help="answer as a Kubernetes exec probe or Docker HEALTHCHECK: exit 0 "
@@ -134,7 +134,7 @@ def lean_imports() -> None:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    from check_vllm.contract.probes import KINDS, agent_in, kind_in
+    from check_vllm.probes.answers import KINDS, agent_in, kind_in
 
     given = sys.argv[1:] if argv is None else argv
     kind = kind_in(given)
@@ -143,21 +143,21 @@ def main(argv: list[str] | None = None) -> NoReturn:
         sys.exit(UNKNOWN)
     agent, aside = agent_in(given), ""
     if agent is not None and kind in KINDS:  # asked before anything heavy is imported: that is its whole worth
-        from check_vllm.nagios import ask
+        from check_vllm.probes import ask
 
         asked = ask.ask(kind, agent)
         if asked.code is not None:
             print(asked.line)
             sys.exit(asked.code)
         aside = f"agent {agent} gave no answer ({asked.line}): judged by this run"
-    from check_vllm.nagios import probe
+    from check_vllm.probes import exec_probe
 
     # a probe answers 0/1 and one line, whatever happens in the run (exit 2, 3, a bug)
-    probe.guard(kind, lambda: _check(argv), probe.verbose_in(given), aside)
+    exec_probe.guard(kind, lambda: _check(argv), exec_probe.verbose_in(given), aside)
 
 
 def _check(argv: list[str] | None = None) -> Answer:
-    """The check's run; with --probe, the probe's answer is returned (check_vllm.nagios.probe.guard prints it).
+    """The check's run; with --probe, the probe's answer is returned (check_vllm.probes.exec_probe.guard prints it).
     A plain check ends in the plugin API's exit, never returns."""
     started = time.monotonic()
     statusline.prepare()  # LC_ALL=C or PYTHONIOENCODING=ascii: a model id in another script must not crash the output
@@ -183,7 +183,7 @@ def _check(argv: list[str] | None = None) -> Answer:
         state_dir = Path(args.state_dir) if args.state_dir else default_dir()
         held = None
         if args.probe and args.reuse_verdict:  # before httpx is imported: a reused verdict costs a start and a file
-            from check_vllm.nagios.probe import answer_saved
+            from check_vllm.probes.exec_probe import answer_saved
 
             waiting_for[0] = "the state file lock (a verdict to reuse)"
             reply, held = answer_saved(args.probe, state_dir, args.url, args.proxy, args.reuse_verdict,
@@ -193,7 +193,7 @@ def _check(argv: list[str] | None = None) -> Answer:
         _validate_texts(args)
         run = _run(args, state_dir, started, lambda what: waiting_for.__setitem__(0, what))
         if args.probe:
-            from check_vllm.nagios.probe import answer_run
+            from check_vllm.probes.exec_probe import answer_run
 
             return answer_run(args.probe, run, held)
         from check_vllm.contract.vocab import PERFDATA
@@ -218,7 +218,7 @@ def _check(argv: list[str] | None = None) -> Answer:
 def _run(args: argparse.Namespace, state_dir: Path, started: float, doing: Any) -> Any:
     """The Run the command line decides; the API key and CA file are read here, under the run's alarm (a hung
     mount must not block for ever)."""
-    from check_vllm.front.connection import endpoint_from
+    from check_vllm.cli.connection import endpoint_from
     from check_vllm.session import Run
 
     doing("the API key and CA files" if args.api_key_file or args.ca_file else "start-up")

@@ -9,11 +9,11 @@ from typing import Any
 import nagiosplugin
 from nagiosplugin.performance import Performance
 
+from check_vllm.cli import statusline
 from check_vllm.contract.engines import BY_KEY, VLLM
 from check_vllm.contract.numbers import finite
 from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import CRITICAL, OK, PERFDATA, UNKNOWN, WARNING
-from check_vllm.front import statusline
 from check_vllm.session import Outcome, Run, session
 
 _STATES = {OK: nagiosplugin.Ok, WARNING: nagiosplugin.Warn, CRITICAL: nagiosplugin.Critical,
@@ -127,7 +127,7 @@ class VerdictSummary(nagiosplugin.Summary):
     """The verdict word always leads; threshold breaches and state-file notes follow.
 
     Whatever the parts hold, the text comes out as one clean line that leaves the perfdata room
-    (check_vllm.front.statusline): this is the last place server-written text passes before stdout.
+    (check_vllm.cli.statusline): this is the last place server-written text passes before stdout.
     """
 
     def __init__(self) -> None:

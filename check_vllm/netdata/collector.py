@@ -22,14 +22,14 @@ from typing import TextIO
 
 import httpx
 
+from check_vllm.cli import option_table
+from check_vllm.cli.connection import as_key, endpoint_from
+from check_vllm.cli.option_table import NETDATA
 from check_vllm.contract.defaults import SETTINGS
 from check_vllm.contract.kept import Memory
 from check_vllm.contract.safe_text import one_line
 from check_vllm.contract.values import Reading
 from check_vllm.contract.verdict import Verdict
-from check_vllm.front import option_table
-from check_vllm.front.connection import as_key, endpoint_from
-from check_vllm.front.option_table import NETDATA
 from check_vllm.long_running import Observer, given_clock, next_slot
 from check_vllm.server import clock
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from check_vllm.cli.args import UsageError
+from check_vllm.cli.connection import as_key, endpoint_from, read_bounded
+from check_vllm.cli.option_table import BY_FLAG, FLAG, INT, NETDATA, ROWS, TEXT, Option, job_number
 from check_vllm.contract.defaults import OPTIONS
-from check_vllm.front.args import UsageError
-from check_vllm.front.connection import as_key, endpoint_from, read_bounded
-from check_vllm.front.option_table import BY_FLAG, FLAG, INT, NETDATA, ROWS, TEXT, Option, job_number
 from check_vllm.server.fetch import Endpoint
 
 CONF_NAME = "vllm.conf"
@@ -60,7 +60,7 @@ class Job:
     server_user: str | None = None
     start_grace: float = BY_FLAG["--start-grace"].default
     stop_grace: float = BY_FLAG["--stop-grace"].default
-    #: The connection its rows make (check_vllm.front.connection), read once when the file is loaded.
+    #: The connection its rows make (check_vllm.cli.connection), read once when the file is loaded.
     endpoint: Endpoint | None = None
 
     @property

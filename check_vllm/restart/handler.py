@@ -24,12 +24,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
+from check_vllm.cli import option_table, statusline
+from check_vllm.cli.args import UsageError
+from check_vllm.cli.option_table import HANDLER
 from check_vllm.contract.defaults import Options, Settings
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.safe_text import without_userinfo
-from check_vllm.front import option_table, statusline
-from check_vllm.front.args import UsageError
-from check_vllm.front.option_table import HANDLER
 from check_vllm.memory import statedir
 from check_vllm.memory.door import Door
 from check_vllm.memory.statefile import StateError, default_dir

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 
 from check_vllm import __version__
+from check_vllm.cli import option_table
+from check_vllm.cli.args import Parser, UsageError, check_url, number
+from check_vllm.cli.option_table import HANDLER
 from check_vllm.contract.defaults import LOCK_TIMEOUT
 from check_vllm.contract.vocab import CODE_NAMES
-from check_vllm.front import option_table
-from check_vllm.front.args import Parser, UsageError, check_url, number
-from check_vllm.front.option_table import HANDLER
 from check_vllm.restart.policy import Event, Policy
 
 PROG = HANDLER

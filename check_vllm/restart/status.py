@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from check_vllm.cli import statusline
 from check_vllm.contract.vocab import CODE_NAMES, CRITICAL, OK, UNKNOWN, WARNING
-from check_vllm.front import statusline
 from check_vllm.memory.door import Door
 from check_vllm.restart.policy import Decision, Event, screen
 

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from check_vllm.cli.peers import allowed, parse_allow
 from check_vllm.haproxy import listen
-from check_vllm.haproxy.listen import AgentServer, allowed, parse_allow
+from check_vllm.haproxy.listen import AgentServer
 from tests.rig.scripts import script
 
 LINE = "up ready 100% #idle: test\n"

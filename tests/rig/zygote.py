@@ -36,7 +36,7 @@ def _entry_points() -> dict[str, str]:
 
 ENTRY = _entry_points()
 #: What a run imports on its way: imported once in the zygote instead of once a run.
-WARM = ("check_vllm.nagios.plugin", "check_vllm.nagios.probe", "check_vllm.session", "check_vllm.server.fetch", "check_vllm.observe",
+WARM = ("check_vllm.nagios.plugin", "check_vllm.probes.exec_probe", "check_vllm.session", "check_vllm.server.fetch", "check_vllm.observe",
         "check_vllm.restart.status", "httpx", "nagiosplugin")
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from check_vllm.contract.probes import KINDS
 from check_vllm.nagios import cli
+from check_vllm.probes.answers import KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = sorted((ROOT / "contrib" / "kubernetes").glob("*.yaml"))

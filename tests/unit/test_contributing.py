@@ -45,16 +45,23 @@ def _imports(path: Path) -> set[str]:
 #: What each layer may not import (CONTRIBUTING: imports only run downwards; the I/O never imports the judge, the
 #: judge never imports I/O; the front ends import nothing of each other).
 FORBIDDEN = {
-    "contract": {"judge", "server", "memory", "observe", "session", "long_running", "front", "nagios", "restart",
-                 "netdata", "haproxy"},
-    "judge": {"server", "memory", "observe", "session", "long_running", "front", "nagios", "restart", "netdata",
-              "haproxy"},
-    "server": {"judge", "observe", "session", "long_running", "front", "nagios", "restart", "netdata", "haproxy"},
-    "memory": {"judge", "observe", "session", "long_running", "front", "nagios", "restart", "netdata", "haproxy"},
-    "nagios": {"restart", "netdata", "haproxy"},
+    "contract": {"judge", "server", "memory", "observe", "session", "long_running", "cli", "probes", "nagios",
+                 "restart", "netdata", "haproxy", "postmortem"},
+    "judge": {"server", "memory", "observe", "session", "long_running", "cli", "probes", "nagios", "restart",
+              "netdata", "haproxy", "postmortem"},
+    "server": {"judge", "observe", "session", "long_running", "cli", "probes", "nagios", "restart", "netdata",
+               "haproxy", "postmortem"},
+    "memory": {"judge", "observe", "session", "long_running", "cli", "probes", "nagios", "restart", "netdata",
+               "haproxy", "postmortem"},
+    "cli": {"judge", "observe", "session", "long_running", "probes", "nagios", "restart", "netdata", "haproxy",
+            "postmortem"},
+    "probes": {"judge", "nagios", "restart", "netdata", "haproxy", "postmortem"},
+    "postmortem": {"judge", "observe", "session", "long_running", "probes", "nagios", "restart", "netdata",
+                   "haproxy"},
+    "nagios": {"restart", "netdata", "haproxy", "postmortem"},
     "restart": {"nagios", "netdata", "haproxy"},
-    "netdata": {"nagios", "restart", "haproxy"},
-    "haproxy": {"nagios", "restart", "netdata"},
+    "netdata": {"nagios", "restart", "haproxy", "postmortem"},
+    "haproxy": {"nagios", "restart", "netdata", "postmortem"},
 }
 
 

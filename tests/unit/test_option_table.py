@@ -1,4 +1,4 @@
-"""The operator options the front ends share (check_vllm.front.option_table): one row each, and every front end
+"""The operator options the front ends share (check_vllm.cli.option_table): one row each, and every front end
 that takes a row takes it alike: the same flag, default and bounds on the check's, the agent's and the handler's
 command lines and in a Netdata job; the Settings and Options a run gets are the row's values."""
 
@@ -9,11 +9,11 @@ import math
 
 import pytest
 
+from check_vllm.cli import option_table
+from check_vllm.cli.args import UsageError
+from check_vllm.cli.connection import endpoint_from
+from check_vllm.cli.option_table import AGENT, CHECK, FLAG, HANDLER, NETDATA, ROWS, TEXT
 from check_vllm.contract.defaults import Options, Settings
-from check_vllm.front import option_table
-from check_vllm.front.args import UsageError
-from check_vllm.front.connection import endpoint_from
-from check_vllm.front.option_table import AGENT, CHECK, FLAG, HANDLER, NETDATA, ROWS, TEXT
 from check_vllm.haproxy import cli as agent_cli
 from check_vllm.nagios import cli as check_cli
 from check_vllm.netdata import config as netdata_config

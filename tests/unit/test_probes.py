@@ -1,13 +1,14 @@
-"""The orchestrator probes' table (check_vllm.contract.probes): every verdict word and state x probe kind, and
-every fault of the monitoring side; the pre-scan of --probe (check_vllm.contract.probes.kind_in)."""
+"""The orchestrator probes' table (check_vllm.probes.answers): every verdict word and state x probe kind, and
+every fault of the monitoring side; the pre-scan of --probe (check_vllm.probes.answers.kind_in)."""
 
 from __future__ import annotations
 
 import pytest
 
-from check_vllm.contract import probes, rotation, vocab
-from check_vllm.contract.probes import FAIL, KINDS, LIVENESS, NO_KIND, PASS, READINESS, STARTUP, Seen, answer, kind_in
+from check_vllm.contract import rotation, vocab
 from check_vllm.contract.vocab import CODE_NAMES, CRITICAL, OK, UNKNOWN, WARNING
+from check_vllm.probes import answers as probes
+from check_vllm.probes.answers import FAIL, KINDS, LIVENESS, NO_KIND, PASS, READINESS, STARTUP, Seen, answer, kind_in
 
 EVERY = [(w.word, s) for w in vocab.VERDICTS for s in w.states]
 #: Words whose verdict rests on a /metrics reading of this run (the glue sets `reading` from its engines).
@@ -124,7 +125,7 @@ def test_the_pre_scan(argv, kind):
     (["--", "-v"], False), (["-V"], False),
 ])
 def test_the_verbose_pre_scan(argv, verbose):
-    from check_vllm.nagios.probe import verbose_in
+    from check_vllm.probes.exec_probe import verbose_in
 
     assert verbose_in(argv) is verbose
 

@@ -1,6 +1,6 @@
 """The generated blocks (docs/usage.md from check_vllm --help, docs/haproxy-agent.md from check_vllm_agent
 --help, the README's verdict table and its reliability tables and docs/soak.md's tables from the 60-minute soak's report, docs/probes.md's
-probe table from check_vllm.contract.probes): fail when
+probe table from check_vllm.probes.answers): fail when
 someone forgot to regenerate them."""
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def test_a_soak_sequence_reads_as_counts_per_word():
 
 
 def test_the_probe_table_is_the_code_s():
-    """docs/probes.md's table comes from check_vllm.contract.probes: every word and state of the contract has a row."""
+    """docs/probes.md's table comes from check_vllm.probes.answers: every word and state of the contract has a row."""
     tool = _tool()
     text = tool.PROBES.read_text()
     assert text.count(tool.P_START) == text.count(tool.P_END) == 1
@@ -149,7 +149,7 @@ def test_the_soak_tables_in_docs_are_the_reports():
 
 
 def test_the_shared_option_table_is_the_code_s_and_netdata_says_the_same_defaults():
-    """docs/usage.md's table comes from check_vllm.front.option_table; so do docs/netdata.md's job keys and
+    """docs/usage.md's table comes from check_vllm.cli.option_table; so do docs/netdata.md's job keys and
     contrib/netdata/vllm.conf's header, with the job's own (update_every, probe)."""
     tool = _tool()
     text = tool.USAGE.read_text()

@@ -8,8 +8,8 @@ from contextlib import redirect_stderr
 
 import pytest
 
+from check_vllm.cli import statusline
 from check_vllm.contract.safe_text import clean, one_line
-from check_vllm.front import statusline
 from check_vllm.netdata import charts, collector
 
 HOSTILE = ["\x1b", "\u202e", "\u2028", "\u2029", "\u2066", "\x85", "\r\n", "\x00", "\x7f"]

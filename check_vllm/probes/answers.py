@@ -32,7 +32,7 @@ LIVENESS, READINESS, STARTUP = "liveness", "readiness", "startup"
 KINDS = (STARTUP, READINESS, LIVENESS)
 #: The option, as the command line and the pre-scan (kind_in) both spell it.
 OPTION = "--probe"
-#: The option naming a running check_vllm_agent --probe-listen to ask first (check_vllm.nagios.ask).
+#: The option naming a running check_vllm_agent --probe-listen to ask first (check_vllm.probes.ask).
 AGENT_OPTION = "--agent"
 #: The option letting a probe pass on a passing verdict another run saved moments ago (nagios.probe.answer_saved).
 REUSE_OPTION = "--reuse-verdict"

@@ -1,5 +1,5 @@
 """What the front ends' command lines share (the check's, the handler's, the agent's): a parser that reports
-instead of exiting, the number and URL checks (the connection itself: check_vllm.front.connection). The options themselves are rows of check_vllm.front.option_table.
+instead of exiting, the number and URL checks (the connection itself: check_vllm.cli.connection). The options themselves are rows of check_vllm.cli.option_table.
 """
 
 from __future__ import annotations

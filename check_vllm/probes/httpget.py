@@ -3,7 +3,7 @@
 The long-running alternative to `check_vllm --probe` as an exec probe: a kubelet httpGet probe (or Docker's
 `curl -f`) costs the vLLM container no Python start and the vLLM server no extra /metrics read, since the
 agent judges at its own cadence and every probe only reads its latest judgement. The pass/fail rule is the
-exec probe's own (check_vllm.contract.probes): 200 passes, 503 fails, the body is the same one line. An agent
+exec probe's own (check_vllm.probes.answers): 200 passes, 503 fails, the body is the same one line. An agent
 whose loop has gone stale is a fault of ours: liveness and readiness pass, as they do for the exec probe.
 """
 
@@ -13,14 +13,13 @@ import http.server
 import socket
 from collections.abc import Callable, Sequence
 
-from check_vllm.contract import probes
-from check_vllm.contract.probes import Seen
-
-from .listen import Network, peer_allowed
+from check_vllm.cli.peers import Network, peer_allowed
+from check_vllm.probes import answers
+from check_vllm.probes.answers import Seen
 
 #: Path -> probe kind (the kubelet's conventional names, and the kinds' own).
-PATHS = {"/livez": probes.LIVENESS, "/readyz": probes.READINESS, "/startupz": probes.STARTUP,
-         **{probes.path(kind): kind for kind in probes.KINDS}}
+PATHS = {"/livez": answers.LIVENESS, "/readyz": answers.READINESS, "/startupz": answers.STARTUP,
+         **{answers.path(kind): kind for kind in answers.KINDS}}
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -33,7 +32,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if kind is None:
             self._send(404, "not found: GET /livez, /readyz or /startupz\n")
             return
-        answer = probes.answer(kind, self.server.seen())
+        answer = answers.answer(kind, self.server.seen())
         self._send(200 if answer.passed else 503, answer.line() + "\n")
 
     do_HEAD = do_GET  # noqa: N815

@@ -1,7 +1,7 @@
 """`check_vllm --probe KIND`: the check's run, answered as an orchestrator's probe (exit 0 pass, 1 fail, one line).
 
 The same observation, state file and options as the check (check_vllm.nagios.cli); only the answer differs,
-and it comes from the pure table (check_vllm.contract.probes). Whatever goes wrong on our side (bad options,
+and it comes from the pure table (check_vllm.probes.answers). Whatever goes wrong on our side (bad options,
 argparse's own exit 2, a state file, our time-out, a bug) still ends in exit 0 or 1 and exactly one line:
 a probe's own fault must never restart the server nor take it out of its Service.
 """
@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from check_vllm.contract import probes
 from check_vllm.contract.engines import ENGINES
-from check_vllm.contract.probes import KINDS, Answer, Seen
+from check_vllm.probes import answers
+from check_vllm.probes.answers import KINDS, Answer, Seen
 
 if TYPE_CHECKING:
     from check_vllm.memory.door import Door
@@ -25,14 +25,14 @@ if TYPE_CHECKING:
 
 def answer(kind: str, seen: Seen) -> Answer:
     """The table's answer; a kind we do not know (argparse refuses it) is answered as liveness is: a pass."""
-    return probes.answer(kind if kind in KINDS else probes.LIVENESS, seen)._replace(kind=kind)
+    return answers.answer(kind if kind in KINDS else answers.LIVENESS, seen)._replace(kind=kind)
 
 
 def answer_run(kind: str, run: object, held: Door | None = None) -> Answer:
     """Observe once, as the check does (check_vllm.session: state file, lock, memory), and answer as a probe of
     `kind`; a fault of ours (the lock held too long, our time-out, a bug) is answered with what the state file
     said of the server (it served before, or not)."""
-    from check_vllm.front.args import Deadline
+    from check_vllm.cli.args import Deadline
     from check_vllm.session import Run, session
 
     assert isinstance(run, Run)
@@ -52,7 +52,7 @@ def answer_saved(kind: str, state_dir: Path, url: str, proxy: bool, within: floa
                  lock_timeout: float) -> tuple[Answer | None, Door | None]:
     """--reuse-verdict, before httpx is imported (such a run costs the interpreter's start and one small file):
     the answer the verdict another run saved gives, when it is a pass at most `within` seconds old
-    (probes.reused). The state lock is taken first, so a probe started with another (the kubelet fires liveness
+    (answers.reused). The state lock is taken first, so a probe started with another (the kubelet fires liveness
     and readiness together) waits while that one reads and then answers with its verdict. Otherwise (None, the
     store, still locked: the session reads under it), or (None, None) where the session decides alone (a
     refused directory, no lock to be had there); the lock held past its wait is answered here, as the session
@@ -61,7 +61,7 @@ def answer_saved(kind: str, state_dir: Path, url: str, proxy: bool, within: floa
 
     from check_vllm.memory.door import Door
 
-    if within <= 0 or kind not in (probes.LIVENESS, probes.READINESS):
+    if within <= 0 or kind not in (answers.LIVENESS, answers.READINESS):
         return None, None
     try:
         door = Door(state_dir, url, proxy, lock_timeout).open()
@@ -75,7 +75,7 @@ def answer_saved(kind: str, state_dir: Path, url: str, proxy: bool, within: floa
     reply = None
     if last is not None and last.code is not None and last.at is not None:
         seen = Seen(last.word, last.code, f"{last.word}: {last.text}" if last.text else last.word)
-        reply = probes.reused(kind, seen, time.time() - last.at, within)
+        reply = answers.reused(kind, seen, time.time() - last.at, within)
     if reply is None:
         return None, door
     door.close()
@@ -123,7 +123,7 @@ def guard(kind: str, body: Callable[[], Answer | None], verbose: bool = False, a
         reply = reply._replace(why=f"{aside}; {reply.why}", in_spite=reply.passed)
     if verbose and err.getvalue():
         sys.stderr.write(err.getvalue())
-    from check_vllm.front import statusline
+    from check_vllm.cli import statusline
 
     statusline.prepare()  # LC_ALL=C: a model id in another script is escaped, never an error
     print(reply.line())

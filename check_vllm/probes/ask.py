@@ -17,8 +17,8 @@ import socket
 import time
 from typing import NamedTuple
 
-from check_vllm.contract import probes
 from check_vllm.contract.safe_text import clean
+from check_vllm.probes import answers
 
 #: The agent answers from memory at once: one that takes longer is not answering.
 ASK_TIMEOUT = 2.0
@@ -27,7 +27,7 @@ _MAX = 4096
 
 
 class Asked(NamedTuple):
-    """The agent's answer (probes.PASS or probes.FAIL, and its line), or code None and why it gave none."""
+    """The agent's answer (answers.PASS or answers.FAIL, and its line), or code None and why it gave none."""
 
     code: int | None
     line: str
@@ -36,13 +36,13 @@ class Asked(NamedTuple):
 def ask(kind: str, address: str, timeout: float = ASK_TIMEOUT) -> Asked:
     """GET /KIND of the agent at `address`, within `timeout` seconds in all."""
     try:
-        host, port = probes.host_port(address, probes.AGENT_PORT, probes.AGENT_OPTION)
+        host, port = answers.host_port(address, answers.AGENT_PORT, answers.AGENT_OPTION)
     except ValueError as err:
         return Asked(None, str(err))
     deadline = time.monotonic() + timeout
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.sendall(f"GET {probes.path(kind)} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode("ascii", "replace"))
+            sock.sendall(f"GET {answers.path(kind)} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode("ascii", "replace"))
             raw = _read(sock, deadline)
     except OSError as err:
         return Asked(None, "timed out" if isinstance(err, TimeoutError) else (err.strerror or type(err).__name__))
@@ -68,11 +68,11 @@ def _answer(kind: str, raw: bytes) -> Asked:
     """200 passes, 503 fails, when the body is the agent's line for this kind; anything else is no answer."""
     head, _, body = raw.partition(b"\r\n\r\n")
     status = head.split(b"\r\n", 1)[0].split()
-    code = {b"200": probes.PASS, b"503": probes.FAIL}.get(status[1]) \
+    code = {b"200": answers.PASS, b"503": answers.FAIL}.get(status[1]) \
         if len(status) >= 2 and status[0].startswith(b"HTTP/") else None
     lines = body.decode("utf-8", "replace").strip().splitlines()
     line = lines[0] if lines else ""
     if code is None or not line.startswith(f"{kind} "):
         said = status[1].decode("ascii", "replace") if len(status) >= 2 else "no status line"
         return Asked(None, f"not an agent's answer ({clean(said, 20)})")
-    return Asked(code, clean(line, probes.LINE_CAP))
+    return Asked(code, clean(line, answers.LINE_CAP))

@@ -1,5 +1,5 @@
 """The server connection, made one way for every front end: the check, the agent and a Netdata job give the same
-rows (check_vllm.front.option_table: URL, API key file, CA file, --insecure, the agent's and Netdata's per-request
+rows (check_vllm.cli.option_table: URL, API key file, CA file, --insecure, the agent's and Netdata's per-request
 time-out) and get the same Endpoint, with the key read by one rule and the CA bundle checked at start.
 
 Each front end says how it names a row in its messages (`spell`): `--api-key-file` on a command line,
@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from check_vllm.cli.args import UsageError
+from check_vllm.cli.option_table import BY_FLAG, Option
 from check_vllm.contract.defaults import CONNECT_TIMEOUT
-from check_vllm.front.args import UsageError
-from check_vllm.front.option_table import BY_FLAG, Option
 
 if TYPE_CHECKING:
     from check_vllm.server.fetch import Endpoint
