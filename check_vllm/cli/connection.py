@@ -13,7 +13,7 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from check_vllm.cli.args import UsageError
 from check_vllm.cli.option_table import BY_FLAG, Option
@@ -30,6 +30,21 @@ CA_LIMIT = 4 * 1024 * 1024
 KEY_ENV = "VLLM_API_KEY"
 
 Spell = Callable[[Option], str]
+
+
+class Connection(NamedTuple):
+    """The connection rows as given, unread: for a front end that reaches the server only now and then (the
+    handler's post-mortem), so a call that does not read pays nothing for the key file."""
+
+    url: str
+    api_key_file: str | None = None
+    ca_file: str | None = None
+    insecure: bool = False
+
+
+def connection_of(values: Any) -> Connection:
+    return Connection(values.url, getattr(values, "api_key_file", None), getattr(values, "ca_file", None),
+                      bool(getattr(values, "insecure", False)))
 
 
 def as_flag(row: Option) -> str:

@@ -26,6 +26,8 @@ PROBE_EVERY = 60.0
 _EVERY = frozenset({CHECK, AGENT, HANDLER})
 _JUDGES = frozenset({CHECK, AGENT, NETDATA})
 _READERS = frozenset({CHECK, AGENT})
+#: The rows of the server connection: the handler's post-mortem reads the last /metrics page with them too.
+_CONNECTION = _JUDGES | {HANDLER}
 #: The host's witness is every front end's: a Netdata job on the server's host tells starting from down too.
 _WITNESS = _EVERY | {NETDATA}
 
@@ -77,11 +79,11 @@ ROWS: tuple[Option, ...] = (
     Option("--url", TEXT, SERVER, "the server's base URL (default: %(default)s)", _EVERY | {NETDATA},
            default=DEFAULT_URL, short="-u"),
     Option("--api-key-file", TEXT, SERVER, "file holding the API key on its first line (else $VLLM_API_KEY); a "
-           "leading UTF-8 BOM and surrounding white space are ignored, an empty file is an error", _JUDGES,
+           "leading UTF-8 BOM and surrounding white space are ignored, an empty file is an error", _CONNECTION,
            metavar="FILE"),
-    Option("--ca-file", TEXT, SERVER, "CA bundle (PEM) to verify an https URL, e.g. a private CA's", _JUDGES,
+    Option("--ca-file", TEXT, SERVER, "CA bundle (PEM) to verify an https URL, e.g. a private CA's", _CONNECTION,
            metavar="FILE"),
-    Option("--insecure", FLAG, SERVER, "do not verify the server's TLS certificate", _JUDGES, default=False),
+    Option("--insecure", FLAG, SERVER, "do not verify the server's TLS certificate", _CONNECTION, default=False),
     Option("--proxy", FLAG, SERVER, "the URL is a load balancer: read only /v1/models (each /metrics read could "
            "hit another backend)", frozenset({CHECK, HANDLER, NETDATA}), default=False, field="proxy"),
     Option("--engine", TEXT, SERVER, "whose /metrics the URL serves: " + ", ".join(

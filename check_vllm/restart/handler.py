@@ -15,7 +15,7 @@ Exit codes: 0 when it decided (acting or not), 1 when the restart command failed
 from __future__ import annotations
 
 import argparse
-import os
+import dataclasses
 import sys
 import time
 import traceback
@@ -26,13 +26,13 @@ from typing import Any, NamedTuple, NoReturn
 
 from check_vllm.cli import option_table, statusline
 from check_vllm.cli.args import UsageError
+from check_vllm.cli.connection import Connection, connection_of, endpoint_from
 from check_vllm.cli.option_table import HANDLER
 from check_vllm.contract.defaults import Options, Settings
 from check_vllm.contract.instants import Instant
-from check_vllm.contract.safe_text import without_userinfo
-from check_vllm.memory import statedir
 from check_vllm.memory.door import Door
 from check_vllm.memory.statefile import StateError, default_dir
+from check_vllm.restart import post_mortem
 from check_vllm.restart.command import run_command
 from check_vllm.restart.history import (
     HISTORY_KEEP,
@@ -43,37 +43,12 @@ from check_vllm.restart.history import (
     restart_times,
     stamp,
 )
+from check_vllm.restart.log import Logger
 from check_vllm.restart.options import PROG, parse
 from check_vllm.restart.policy import Decision, Event, Policy, decide, screen, this_hour
+from check_vllm.restart.post_mortem import Plan
 from check_vllm.restart.starting import still_loading
 from check_vllm.server import clock as clocks
-
-# --------------------------------------------------------------------------- command line
-
-
-class Logger:
-    def __init__(self, url: str, log_file: str | None) -> None:
-        self.url = without_userinfo(url.rstrip("/"))  # the log and the scheduler show it: never a password
-        self.log_file = log_file
-
-    def __call__(self, decision: str, why: str, event: Event | None = None) -> None:
-        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        where = f" {event.service_state} {event.state_type}" if event else ""
-        if event and event.attempt is not None:
-            where += f" attempt {event.attempt}"
-        # One line, whatever the state file's verdict text or the command's output held.
-        line = statusline.fit(f"{when} {PROG}[{os.getpid()}] {self.url}{where}: {decision}: {why}", 4000, "utf-8",
-                              pipe=False)
-        line = line.encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates from JSON
-        print(line, flush=True)
-        if self.log_file:
-            try:
-                fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
-                statedir.hand_over(fd, Path(self.log_file).parent)  # root's manual run: still the user's log
-                with os.fdopen(fd, "a", encoding="utf-8") as fh:
-                    fh.write(line + "\n")
-            except OSError as err:
-                print(f"{PROG}: cannot append to --log {self.log_file}: {err.strerror}", file=sys.stderr)
 
 
 class Config(NamedTuple):
@@ -88,6 +63,9 @@ class Config(NamedTuple):
     process: Options
     command_timeout: float
     dry_run: bool = False
+    post_mortem: Plan = Plan()
+    #: The check's connection rows, read into an Endpoint only when a post-mortem reads the last page.
+    connection: Connection | None = None
 
     def door(self, clock: Callable[[], Instant] = clocks.now) -> Door:
         """The check's state store, locked on this server's restart history: its calls take turns."""
@@ -107,6 +85,9 @@ def configured(args: argparse.Namespace) -> Config:
         process=option_table.options_from(args, HANDLER),
         command_timeout=args.command_timeout,
         dry_run=args.dry_run,
+        post_mortem=Plan(not args.no_post_mortem, Path(args.post_mortem_dir) if args.post_mortem_dir else None,
+                         args.post_mortem_budget, args.post_mortem_keep, args.post_mortem_max_mb << 20),
+        connection=connection_of(args),
     )
 
 
@@ -116,6 +97,7 @@ class Weighed(NamedTuple):
     decision: Decision
     word: str | None
     entries: list[dict[str, Any]]
+    event: Event | None = None
 
 
 def handle(config: Config, event: Event, command: list[str], log: Logger,
@@ -167,7 +149,7 @@ def weigh(config: Config, event: Event, door: Door) -> Weighed:
             decision = Decision(False, f"verdict {verdict.word!r}, but the server is {loading}", "refuse")
     if hist_problem:  # said whether or not it acts: the guards decided on what was left of the history
         decision = Decision(decision.act, f"{decision.why}; {hist_problem}", decision.kind)
-    return Weighed(decision, verdict.word if verdict else None, entries)
+    return Weighed(decision, verdict.word if verdict else None, entries, event)
 
 
 def _restart(config: Config, door: Door, weighed: Weighed, command: list[str], log: Callable[[str, str], None],
@@ -183,6 +165,7 @@ def _restart(config: Config, door: Door, weighed: Weighed, command: list[str], l
     except (StateError, OSError) as err:
         log("no restart", f"{why}, but the restart history cannot be written ({err}); not restarting without a record")
         return 1
+    said = _post_mortem(config, door, weighed)
     started = time.monotonic()
     rc, tail = run_command(command, config.command_timeout, output_path(config.state_dir, config.url))
     took = time.monotonic() - started
@@ -199,12 +182,26 @@ def _restart(config: Config, door: Door, weighed: Weighed, command: list[str], l
             print(f"{PROG}: restart marker not updated: {err.strerror}", file=sys.stderr)
     count = f"restart {this_hour(restart_times(entries, done), done.wall)} of at most {config.policy.max_per_hour} this hour"
     if rc == 0:
-        log("restarted", f"{why}; ran {command[0]} in {took:.1f} s ({count})")
+        log("restarted", f"{why}; ran {command[0]} in {took:.1f} s ({count}); {said}")
         return 0
     door.unmark()  # it did not restart: do not let the check call a dead server "starting"
     what = "timed out" if rc is None else f"exited {rc}"
-    log("restart failed", f"{why}; {command[0]} {what}{': ' + tail if tail else ''} ({count})")
+    log("restart failed", f"{why}; {command[0]} {what}{': ' + tail if tail else ''} ({count}); {said}")
     return 1
+
+
+def _post_mortem(config: Config, door: Door, weighed: Weighed) -> str:
+    """The post-mortem, once the restart is decided and recorded (check_vllm.restart.post_mortem); a fault of
+    ours in it is said in the log line, never a reason not to restart."""
+    try:
+        event = dataclasses.asdict(weighed.event) if weighed.event else {}
+        endpoint = endpoint_from(config.connection, HANDLER) if config.connection and config.post_mortem.enabled \
+            else None
+        proof = post_mortem.evidence(config.url, door, event, weighed.decision.why, weighed.entries)
+        return post_mortem.take(config.post_mortem, door, config.url, config.process, endpoint, proof)
+    except Exception as err:  # noqa: BLE001 - the restart it precedes must happen whatever fails here
+        traceback.print_exc(file=sys.stderr)
+        return f"no post-mortem: {err.__class__.__name__}: {err}"
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
@@ -221,6 +218,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
         sys.exit(2)
     except SystemExit as exit_:  # --help, --version
         sys.exit(0 if exit_.code in (0, None) else (3 if as_check else 2))
+    if args.post_mortems:
+        config = configured(args)
+        sys.exit(post_mortem.list_bundles(config.post_mortem.where(config.door())))
     if args.status:
         from check_vllm.restart.status import report
 

@@ -10,6 +10,7 @@ from check_vllm.cli.args import Parser, UsageError, check_url, number
 from check_vllm.cli.option_table import HANDLER
 from check_vllm.contract.defaults import LOCK_TIMEOUT
 from check_vllm.contract.vocab import CODE_NAMES
+from check_vllm.restart import post_mortem
 from check_vllm.restart.policy import Event, Policy
 
 PROG = HANDLER
@@ -57,6 +58,18 @@ def parser() -> argparse.ArgumentParser:
                    help="circuit breaker: no more than N restarts in any hour (default %(default)s)")
     g.add_argument("--max-verdict-age", type=number(float, 1), default=DEFAULT.max_verdict_age, metavar="S",
                    help="ignore a verdict older than S seconds, about twice the check interval (default %(default)g)")
+    m = p.add_argument_group("post-mortem (taken once it decided to restart, before the command; docs/handler.md)")
+    m.add_argument("--no-post-mortem", action="store_true", help="restart without taking one")
+    m.add_argument("--post-mortem-dir", metavar="DIR", help=f"where the bundles go, one directory each (default: "
+                   f"{post_mortem.SUBDIR}/ in the state directory)")
+    m.add_argument("--post-mortem-budget", type=number(float, 1), default=post_mortem.BUDGET, metavar="S",
+                   help="the restart follows within S seconds whatever the collection does (default %(default)g)")
+    m.add_argument("--post-mortem-keep", type=number(int, 1), default=post_mortem.KEEP, metavar="N",
+                   help="keep the last N bundles (default %(default)s)")
+    m.add_argument("--post-mortem-max-mb", type=number(int, 1), default=post_mortem.MAX_MB, metavar="MB",
+                   help="and at most MB megabytes of them, the newest always kept (default %(default)s)")
+    m.add_argument("--post-mortems", action="store_true", help="list the bundles kept in the post-mortem directory "
+                   "(oldest first: when, size, what each holds) and exit (no --state, no command needed)")
     r = p.add_argument_group("run")
     r.add_argument("--command-timeout", type=number(float, 1), default=COMMAND_TIMEOUT, metavar="S",
                    help="kill the restart command after S seconds (default %(default)g)")
@@ -78,6 +91,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Event, list[str]]:
     else:
         command = []
     args = parser().parse_args(argv)
+    if args.post_mortems:  # a listing: no event, no command
+        check_url(args.url)
+        return args, _event(args, "OK", "HARD"), command
     if args.status:  # the restart service's check: "if the main service were CRITICAL now", in its state type
         check_url(args.url)
         return args, _event(args, "CRITICAL", _state_type((args.state_type or "").strip() or "HARD")), command

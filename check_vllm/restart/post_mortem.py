@@ -1,0 +1,116 @@
+"""The post-mortem the handler takes once it has decided to restart, before the restart destroys the hang (issue 48).
+
+Only on the path that restarts: never for a skip, a refusal or --dry-run. The evidence is what the handler decided
+on (the check's state file as it stands, the restart history, the event and the decision); the processes are the
+ones the host's witness names for the URL (the check's own rule, with --pid-file, --pid-command, --server-port,
+--server-user); the last /metrics page is read once with the connection rows the check takes. Whatever happens
+inside, the collection returns within its budget and the restart follows (check_vllm.postmortem.collect).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from check_vllm.contract.safe_text import without_userinfo
+
+if TYPE_CHECKING:
+    from check_vllm.contract.defaults import Options
+    from check_vllm.memory.door import Door
+    from check_vllm.server.fetch import Endpoint
+
+#: The defaults of the handler's post-mortem options (check_vllm.restart.options).
+BUDGET, KEEP, MAX_MB = 20.0, 20, 256
+#: The directory the bundles go in, beside the handler's state (its vetted, private directory).
+SUBDIR = "post-mortems"
+
+
+class Plan(NamedTuple):
+    """How the handler takes its post-mortems: off, or where, within what budget, how many kept in how much."""
+
+    enabled: bool = True
+    root: Path | None = None  # None: SUBDIR in the state directory the door vetted
+    budget: float = BUDGET
+    keep: int = KEEP
+    max_bytes: int = MAX_MB << 20
+
+    def where(self, door: Door) -> Path:
+        return self.root or door.state.path.parent / SUBDIR
+
+
+def evidence(url: str, door: Door, event: Mapping[str, Any], why: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the handler decided on, as the bundle's evidence.json: the check's last verdict and the state file
+    whole (the two readings compared, each streak and since when), the restart history and the decision."""
+    from check_vllm.memory import codec
+
+    memory = door.kept.memory
+    last = memory.last
+    return {
+        "url": without_userinfo(url),
+        "decision": why,
+        "event": dict(event),
+        "verdict": last._asdict() if last else None,
+        "state_file": codec.to_json(memory),
+        "restarts_before": entries,
+    }
+
+
+def server_pids(url: str, process: Options) -> tuple[list[int], str]:
+    """The server's API server as the host's witness names it (with its children, added by the collector), and
+    what the witness said when it named none."""
+    from check_vllm.server import host
+
+    seen = host.witness(url, process)
+    if seen is None:
+        return [], "the URL's host is not this host: no process to dump here"
+    if seen.process is None:
+        return [], seen.error or "no server process found for the URL's port"
+    return [seen.process.pid], ""
+
+
+def metrics_reader(endpoint: Endpoint, timeout: float) -> Callable[[], bytes]:
+    """The last /metrics page, read once: the whole page, the status line first (a 500 is evidence too)."""
+
+    def read() -> bytes:
+        from check_vllm.server.fetch import request
+
+        with endpoint.client() as client:
+            got = request(client, endpoint, "GET", "/metrics", timeout)
+        return f"HTTP {got.status} ({got.content_type or 'no content type'})\n\n".encode() + got.body
+
+    return read
+
+
+def take(plan: Plan, door: Door, url: str, process: Options, endpoint: Endpoint | None,
+         evidence_of: dict[str, Any]) -> str:
+    """Collect into a new bundle; the words the handler's log line carries (where it is, or why there is none)."""
+    if not plan.enabled:
+        return "no post-mortem (--no-post-mortem)"
+    from check_vllm.postmortem.collect import collect
+
+    pids, why_none = server_pids(url, process)
+    reader = metrics_reader(endpoint, min(5.0, plan.budget / 4)) if endpoint is not None else None
+    done = collect(plan.where(door), pids, reader, {**evidence_of, "no_process": why_none or None}, plan.budget,
+                   plan.keep, plan.max_bytes)
+    if done.path is None:
+        return f"no post-mortem: {dict(done.steps).get('bundle', 'not made')}"
+    short = [f"{step} {outcome.split(':')[0]}" for step, outcome in done.steps if not outcome.startswith("ok")]
+    return f"post-mortem in {done.path} ({done.took:.1f} s{'; ' + ', '.join(short[:4]) if short else ''})"
+
+
+def list_bundles(root: Path) -> int:
+    """`--post-mortems`: one line per bundle kept, oldest first (when, size, what it holds); the exit code."""
+    from check_vllm.postmortem.bundle import BundleRefused
+    from check_vllm.postmortem.retention import listing
+
+    try:
+        found = listing(root)
+    except (BundleRefused, OSError) as err:
+        print(f"cannot list {root}: {err}")
+        return 1
+    if not found:
+        print(f"no post-mortem in {root}")
+    for each in found:
+        print(f"{root / each.name}  {each.when}  {each.size / 1024:.0f} KiB  {each.summary}")
+    return 0

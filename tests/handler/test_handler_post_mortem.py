@@ -1,0 +1,136 @@
+"""check_vllm_restart takes a post-mortem once it has decided to restart, before the command (issue 48): the
+installed handler, the simulator's /metrics, a real Python process named by --pid-file as the server (py-spy dumps
+it), a real restart command. Off with --no-post-mortem; never on a path that does not restart; a dumper that never
+returns costs the restart at most its budget; --post-mortems lists what is kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from check_vllm.memory.statefile import check_file
+from tests.rig.scripts import Result, run_script
+from vllm_simulator import Simulator
+
+#: The "server": a Python process whose main thread spins in a function the dump must name, with a child.
+HUNG = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(0.05)"])
+def engine_core_busy_loop():
+    while True:
+        time.sleep(0.05)
+engine_core_busy_loop()
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[Simulator, Path]]:
+    """The simulator (its URL and /metrics) and a pid file naming the hung Python process as its server."""
+    sim = Simulator(scenario="busy").start()
+    proc = subprocess.Popen([sys.executable, "-c", HUNG], start_new_session=True)
+    pid_file = tmp_path / "server.pid"
+    pid_file.write_text(f"{proc.pid}\n")
+    time.sleep(0.5)  # its child started
+    try:
+        yield sim, pid_file
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        sim.stop()
+
+
+def plant_stuck(state: Path, url: str) -> None:
+    state.mkdir(exist_ok=True, mode=0o700)
+    check_file(state, url, proxy=False).save(
+        {"verdict": {"word": "stuck", "state": 2, "text": "no progress over 2 readings", "at": time.time() - 1,
+                     "engines": {}}})
+
+
+def restart(tmp: Path, url: str, *extra: str, env: dict[str, str] | None = None) -> Result:
+    stamp = tmp / "restarted-at"
+    command = [sys.executable, "-c", f"import time; open({str(stamp)!r}, 'w').write(repr(time.time()))"]
+    return run_script("check_vllm_restart", "--state", "CRITICAL", "--state-type", "HARD", "--attempt", "3",
+                      "--url", url, "--state-dir", str(tmp / "state"), *extra, "--", *command,
+                      env={**os.environ, **(env or {})})
+
+
+def bundle_of(out: Result) -> Path:
+    line = out.out.strip()
+    assert "post-mortem in " in line, line
+    return Path(line.split("post-mortem in ", 1)[1].split(" (", 1)[0])
+
+
+def test_a_restart_is_preceded_by_a_post_mortem_of_the_hang(server, tmp_path):
+    sim, pid_file = server
+    plant_stuck(tmp_path / "state", sim.url)
+    began = time.time()
+    out = restart(tmp_path, sim.url, "--pid-file", str(pid_file))
+    assert out.code == 0 and ": restarted: verdict 'stuck'" in out.out, out.out + out.err
+    bundle = bundle_of(out)
+    assert bundle.parent.parent == tmp_path / "state" and bundle.parent.name == "post-mortems"
+    assert stat.S_IMODE(bundle.stat().st_mode) == 0o700
+    files = {p.name for p in bundle.iterdir()}
+    assert {"evidence.json", "metrics.txt", "README.txt", "collection.json", "tree.txt"} <= files, files
+
+    proof = json.loads((bundle / "evidence.json").read_text())
+    assert proof["verdict"]["word"] == "stuck" and proof["state_file"]["verdict"]["word"] == "stuck"
+    assert "verdict 'stuck'" in proof["decision"] and proof["event"]["state_type"] == "HARD"
+    page = (bundle / "metrics.txt").read_text()
+    assert page.startswith("HTTP 200") and "vllm:num_requests_running" in page
+    pid = int(pid_file.read_text())
+    dump = (bundle / f"py-spy-{pid}.txt").read_text()
+    assert "engine_core_busy_loop" in dump, dump
+    tree = (bundle / "tree.txt").read_text()
+    assert str(pid) in tree and len([ln for ln in tree.splitlines() if ln.strip()]) >= 2, tree  # and its child
+
+    # the restart came after the collection, and within the budget of the decision
+    collected = json.loads((bundle / "collection.json").read_text())
+    restarted_at = float((tmp_path / "restarted-at").read_text())
+    assert began + collected["took"] <= restarted_at + 0.5 and collected["took"] < 20, collected
+
+    listed = run_script("check_vllm_restart", "--post-mortems", "--url", sim.url, "--state-dir",
+                        str(tmp_path / "state"))
+    assert listed.code == 0 and listed.out.startswith(str(bundle) + "  "), listed.out
+    assert "stuck" in listed.out, listed.out
+
+
+def test_no_post_mortem_when_asked_and_none_on_a_path_that_does_not_restart(server, tmp_path):
+    sim, pid_file = server
+    plant_stuck(tmp_path / "state", sim.url)
+    dry = restart(tmp_path, sim.url, "--pid-file", str(pid_file), "--dry-run")
+    assert "would restart (--dry-run)" in dry.out and "post-mortem" not in dry.out, dry.out
+    off = restart(tmp_path, sim.url, "--pid-file", str(pid_file), "--no-post-mortem")
+    assert ": restarted:" in off.out and off.out.strip().endswith("; no post-mortem (--no-post-mortem)"), off.out
+    refused = restart(tmp_path, sim.url, "--pid-file", str(pid_file))  # the same verdict, after its restart
+    assert ": no restart:" in refused.out and "post-mortem" not in refused.out, refused.out
+    assert not (tmp_path / "state" / "post-mortems").exists()
+
+
+def test_a_dumper_that_never_returns_delays_the_restart_by_at_most_the_budget(server, tmp_path):
+    """py-spy and gdb that hang (as they can on a process in the D state): the restart follows the budget."""
+    sim, pid_file = server
+    plant_stuck(tmp_path / "state", sim.url)
+    tools = tmp_path / "hanging-tools"
+    tools.mkdir()
+    for name in ("py-spy", "gdb"):
+        (tools / name).write_text("#!/bin/sh\nexec sleep 3600\n")
+        (tools / name).chmod(0o755)
+    began = time.monotonic()
+    out = restart(tmp_path, sim.url, "--pid-file", str(pid_file), "--post-mortem-budget", "4",
+                  env={"PATH": f"{tools}:{os.environ['PATH']}"})
+    took = time.monotonic() - began
+    assert out.code == 0 and ": restarted:" in out.out, out.out + out.err
+    assert took < 4 + 3, took  # the budget, and the handler's own start-up and command
+    bundle = bundle_of(out)
+    steps = dict((s["step"], s["outcome"]) for s in json.loads((bundle / "collection.json").read_text())["steps"])
+    assert any("timed out" in outcome or "skipped" in outcome for step, outcome in steps.items()
+               if step.startswith("py-spy")), steps
+    assert subprocess.run(["pgrep", "-f", "sleep 3600"], capture_output=True).stdout == b"", "a dumper outlived it"
