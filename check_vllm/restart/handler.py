@@ -14,30 +14,27 @@ Exit codes: 0 when it decided (acting or not), 1 when the restart command failed
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import time
 import traceback
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
-from check_vllm.cli import option_table, statusline
+from check_vllm.cli import statusline
 from check_vllm.cli.args import UsageError
-from check_vllm.cli.connection import Connection, connection_of, endpoint_from
+from check_vllm.cli.connection import endpoint_from
 from check_vllm.cli.option_table import HANDLER
-from check_vllm.contract.defaults import Options, Settings
 from check_vllm.contract.instants import Instant
 from check_vllm.memory.door import Door
-from check_vllm.memory.statefile import StateError, default_dir
+from check_vllm.memory.statefile import StateError
 from check_vllm.restart import post_mortem
 from check_vllm.restart.command import run_command
+from check_vllm.restart.config import Config, configured
 from check_vllm.restart.history import (
     HISTORY_KEEP,
     bring_back,
-    history_file,
     load_history,
     output_path,
     restart_times,
@@ -45,50 +42,9 @@ from check_vllm.restart.history import (
 )
 from check_vllm.restart.log import Logger
 from check_vllm.restart.options import PROG, parse
-from check_vllm.restart.policy import Decision, Event, Policy, decide, screen, this_hour
-from check_vllm.restart.post_mortem import Plan
+from check_vllm.restart.policy import Decision, Event, decide, screen, this_hour
 from check_vllm.restart.starting import still_loading
 from check_vllm.server import clock as clocks
-
-
-class Config(NamedTuple):
-    """What the handler acts on, taken from its command line once (main): never the argparse Namespace."""
-
-    state_dir: Path
-    url: str
-    lock_timeout: float
-    policy: Policy
-    #: The check's settings and the host's witness, for its own look at the server's process before it acts.
-    lifecycle: Settings
-    process: Options
-    command_timeout: float
-    dry_run: bool = False
-    post_mortem: Plan = Plan()
-    #: The check's connection rows, read into an Endpoint only when a post-mortem reads the last page.
-    connection: Connection | None = None
-
-    def door(self, clock: Callable[[], Instant] = clocks.now) -> Door:
-        """The check's state store, locked on this server's restart history: its calls take turns."""
-        return Door(self.state_dir, self.url, self.policy.proxy,
-                    lock_on=history_file(self.state_dir, self.url, self.lock_timeout), now=clock)
-
-
-def configured(args: argparse.Namespace) -> Config:
-    """The Namespace read once, here: below main the handler sees only what it acts on."""
-    return Config(
-        state_dir=Path(args.state_dir) if args.state_dir else default_dir(),
-        url=args.url.rstrip("/"),
-        lock_timeout=args.lock_timeout,
-        policy=Policy(cooldown=args.cooldown, max_per_hour=args.max_per_hour,
-                      max_verdict_age=args.max_verdict_age, proxy=args.proxy),
-        lifecycle=option_table.settings_from(args, HANDLER),
-        process=option_table.options_from(args, HANDLER),
-        command_timeout=args.command_timeout,
-        dry_run=args.dry_run,
-        post_mortem=Plan(not args.no_post_mortem, Path(args.post_mortem_dir) if args.post_mortem_dir else None,
-                         args.post_mortem_budget, args.post_mortem_keep, args.post_mortem_max_mb << 20),
-        connection=connection_of(args),
-    )
 
 
 class Weighed(NamedTuple):
@@ -204,6 +160,18 @@ def _post_mortem(config: Config, door: Door, weighed: Weighed) -> str:
         return f"no post-mortem: {err.__class__.__name__}: {err}"
 
 
+def _post_mortem_only(config: Config, now: bool) -> int:
+    """--post-mortems (the listing) or --take-post-mortem (one now, of a proven hang only): exit 0, 1 on a fault."""
+    if not now:
+        return post_mortem.list_bundles(config.post_mortem.where(config.door()))
+    with config.door() as door:
+        endpoint = endpoint_from(config.connection, HANDLER) if config.connection else None
+        said = post_mortem.take_now(config.post_mortem._replace(enabled=True), door, config.url, config.process,
+                                    endpoint, config.policy.max_verdict_age)
+    Logger(config.url, None)("post-mortem" if said.startswith("post-mortem") else "no post-mortem", said)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     argv = list(sys.argv[1:] if argv is None else argv)
     statusline.prepare()
@@ -218,15 +186,15 @@ def main(argv: list[str] | None = None) -> NoReturn:
         sys.exit(2)
     except SystemExit as exit_:  # --help, --version
         sys.exit(0 if exit_.code in (0, None) else (3 if as_check else 2))
-    if args.post_mortems:
-        config = configured(args)
-        sys.exit(post_mortem.list_bundles(config.post_mortem.where(config.door())))
+    if args.post_mortems or args.take_post_mortem:
+        sys.exit(_post_mortem_only(configured(args), args.take_post_mortem))
     if args.status:
         from check_vllm.restart.status import report
 
         try:
             config = configured(args)
-            sys.exit(report(event, config.door, lambda seen, door: weigh(config, seen, door).decision))
+            sys.exit(report(event, config.door, lambda seen, door: weigh(config, seen, door).decision,
+                            lambda door: post_mortem.latest(config.post_mortem.where(door))))
         except Exception as err:  # noqa: BLE001 - a check has no room for a traceback on stdout
             traceback.print_exc(file=sys.stderr)
             print(f"VLLM_RESTART UNKNOWN - internal error: {err.__class__.__name__}: {err}")

@@ -68,6 +68,9 @@ def parser() -> argparse.ArgumentParser:
                    help="keep the last N bundles (default %(default)s)")
     m.add_argument("--post-mortem-max-mb", type=number(int, 1), default=post_mortem.MAX_MB, metavar="MB",
                    help="and at most MB megabytes of them, the newest always kept (default %(default)s)")
+    m.add_argument("--take-post-mortem", action="store_true", help="take one now, without restarting, if the "
+                   "check's last verdict is a fresh, proven hang (stuck, down or unresponsive at CRITICAL), else "
+                   "nothing; exit 0 either way: a Kubernetes preStop hook, the Docker restarter (docs/handler.md)")
     m.add_argument("--post-mortems", action="store_true", help="list the bundles kept in the post-mortem directory "
                    "(oldest first: when, size, what each holds) and exit (no --state, no command needed)")
     r = p.add_argument_group("run")
@@ -91,7 +94,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Event, list[str]]:
     else:
         command = []
     args = parser().parse_args(argv)
-    if args.post_mortems:  # a listing: no event, no command
+    if args.post_mortems or args.take_post_mortem:  # no event, no command
         check_url(args.url)
         return args, _event(args, "OK", "HARD"), command
     if args.status:  # the restart service's check: "if the main service were CRITICAL now", in its state type

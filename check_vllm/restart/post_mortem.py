@@ -114,3 +114,41 @@ def list_bundles(root: Path) -> int:
     for each in found:
         print(f"{root / each.name}  {each.when}  {each.size / 1024:.0f} KiB  {each.summary}")
     return 0
+
+
+def latest(root: Path, now: float | None = None) -> str:
+    """The newest bundle, for --status's line ("; last post-mortem PATH, 3 h ago"), or "" when none is kept."""
+    import time
+
+    from check_vllm.postmortem.retention import bundles
+
+    try:
+        from check_vllm.postmortem.bundle import home
+
+        found = bundles(home(root)) if root.exists() else []
+    except Exception:  # noqa: BLE001 - a listing's fault must not cost the restart service its line
+        return ""
+    if not found:
+        return ""
+    age = max((now or time.time()) - found[-1].stat().st_mtime, 0.0)
+    ago = f"{age / 3600:.0f} h" if age >= 7200 else f"{age / 60:.0f} min" if age >= 120 else f"{age:.0f} s"
+    return f"; last post-mortem {found[-1]}, {ago} ago"
+
+
+def take_now(plan: Plan, door: Door, url: str, process: Options, endpoint: Endpoint | None, max_age: float) -> str:
+    """--take-post-mortem (a Kubernetes preStop hook, the Docker restarter): a post-mortem now, but only of a
+    proven hang: the check's last verdict restartable, CRITICAL, and fresh. Any other stop (a rollout, a scale
+    down, an operator's restart) collects nothing."""
+    import time
+
+    from check_vllm.contract.vocab import CRITICAL, RESTARTABLE
+
+    last = door.kept.memory.last
+    if last is None or last.word not in RESTARTABLE or last.code != CRITICAL:
+        said = f"'{last.word}'" + ("" if last.code == CRITICAL else " (not CRITICAL)") if last else "none"
+        return f"no post-mortem: the check's last verdict is {said}, not a proven hang"
+    age = time.time() - (last.at or 0.0)
+    if not 0 <= age <= max_age:
+        return f"no post-mortem: the check's verdict {last.word!r} is {age:.0f} s old (--max-verdict-age {max_age:g})"
+    why = f"--take-post-mortem: verdict {last.word!r} ({last.text})"
+    return take(plan, door, url, process, endpoint, evidence(url, door, {}, why, []))

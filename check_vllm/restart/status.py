@@ -23,9 +23,10 @@ from check_vllm.restart.policy import Decision, Event, screen
 LABEL = "VLLM_RESTART"
 
 
-def report(event: Event, door: Callable[[], Door], weigh: Callable[[Event, Door], Decision]) -> int:
+def report(event: Event, door: Callable[[], Door], weigh: Callable[[Event, Door], Decision],
+           last_bundle: Callable[[Door], str] = lambda store: "") -> int:
     """Print one plugin line for the decision the handler would take now (`weigh`, on the store `door` opens,
-    locked as the handler locks it); return its exit code."""
+    locked as the handler locks it), naming the last post-mortem (`last_bundle`); return its exit code."""
     soft, event = event.state_type != "HARD", replace(event, state_type="HARD")
     early = screen(event)
     if early is not None:  # a downtime or an acknowledgement holds any restart back
@@ -37,16 +38,16 @@ def report(event: Event, door: Callable[[], Door], weigh: Callable[[Event, Door]
             return _say(UNKNOWN, store.refused)
         if store.unlocked:
             return _say(UNKNOWN, f"cannot read the restart history: {store.unlocked}")
-        decision = weigh(event, store)
+        decision, aside = weigh(event, store), last_bundle(store)
     if decision.act and soft:  # the main service's max_check_attempts is a guard too: it confirms the problem
         attempt = f", attempt {event.attempt}" if event.attempt is not None else ""
         return _say(WARNING, f"held back: the main service is CRITICAL SOFT{attempt}, a restart waits for its HARD "
-                             f"state ({decision.why})")
+                             f"state ({decision.why}){aside}")
     if decision.act:
-        return _say(CRITICAL, f"due: {decision.why}")
+        return _say(CRITICAL, f"due: {decision.why}{aside}")
     if decision.kind == "refuse":
-        return _say(WARNING, f"held back: {decision.why}")
-    return _say(OK, f"nothing to restart: {decision.why}")
+        return _say(WARNING, f"held back: {decision.why}{aside}")
+    return _say(OK, f"nothing to restart: {decision.why}{aside}")
 
 
 def _say(code: int, text: str) -> int:

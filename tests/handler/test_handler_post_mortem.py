@@ -134,3 +134,25 @@ def test_a_dumper_that_never_returns_delays_the_restart_by_at_most_the_budget(se
     assert any("timed out" in outcome or "skipped" in outcome for step, outcome in steps.items()
                if step.startswith("py-spy")), steps
     assert subprocess.run(["pgrep", "-f", "sleep 3600"], capture_output=True).stdout == b"", "a dumper outlived it"
+
+
+def test_take_post_mortem_collects_only_a_proven_hang(server, tmp_path):
+    """A preStop hook runs on every stop: a rollout or a busy server's stop collects nothing; a stuck one does."""
+    sim, pid_file = server
+    state = tmp_path / "state"
+    take = ("check_vllm_restart", "--take-post-mortem", "--url", sim.url, "--state-dir", str(state), "--pid-file",
+            str(pid_file))
+    state.mkdir(mode=0o700)
+    check_file(state, sim.url, proxy=False).save(
+        {"verdict": {"word": "busy", "state": 0, "text": "3 running", "at": time.time() - 1, "engines": {}}})
+    busy = run_script(*take)
+    assert busy.code == 0 and "no post-mortem: the check's last verdict is 'busy' (not CRITICAL), not a proven " \
+        "hang" in busy.out, busy.out
+    plant_stuck(state, sim.url)
+    stuck = run_script(*take)
+    assert stuck.code == 0 and ": post-mortem: post-mortem in " in stuck.out, stuck.out + stuck.err
+    bundle = bundle_of(stuck)
+    assert "--take-post-mortem: verdict 'stuck'" in json.loads((bundle / "evidence.json").read_text())["decision"]
+    # and the restart service's line names it
+    status = run_script("check_vllm_restart", "--status", "--url", sim.url, "--state-dir", str(state))
+    assert f"; last post-mortem {bundle}, " in status.out, status.out
