@@ -39,6 +39,7 @@ K_START, K_END = "<!-- soak-run:start -->", "<!-- soak-run:end -->"
 E_START, E_END = "<!-- exit-codes:start -->", "<!-- exit-codes:end -->"
 O_START, O_END = "<!-- shared-options:start -->", "<!-- shared-options:end -->"
 G_START, G_END = "<!-- engine-row:start -->", "<!-- engine-row:end -->"
+M_START, M_END = "<!-- post-mortem-files:start -->", "<!-- post-mortem-files:end -->"
 NETDATA_DOC = USAGE.parent / "netdata.md"
 N_START, N_END = "<!-- netdata-keys:start -->", "<!-- netdata-keys:end -->"
 NETDATA_CONF = USAGE.parent.parent / "contrib" / "netdata" / "vllm.conf"
@@ -84,7 +85,15 @@ def handler_usage() -> str:
     return help_of("check_vllm.restart.options")
 
 
+def post_mortem_files() -> str:
+    """docs/handler.md's table of a post-mortem's files, from the README the bundle carries (postmortem/readme.py)."""
+    from check_vllm.postmortem.readme import FILES
+
+    return "\n".join(["| file | what it holds |", "|---|---|", *(f"| `{name}` | {what} |" for name, what in FILES)]) + "\n"
+
+
 def render_handler(text: str) -> str:
+    text = _between(text, M_START, M_END, post_mortem_files())
     return _between(text, H_START, H_END, f"```\n{handler_usage()}```\n")
 
 
