@@ -23,8 +23,10 @@ for the parts the manifest uses, and nothing else:
   SIGKILL to everything left at the end of the grace, and everything in the container dies with PID 1 (a PID
   namespace's rule, done here by killing the process group). `restartPolicy: Always` (a Deployment's): the container
   is started again at once (the kubelet's back-off applies from the second restart on); restartCount counts it.
+  A `lifecycle.preStop` exec hook runs first, in the container as its user, within the grace; what it took comes off
+  the grace the kill then gives, never below 2 s (killContainer, executePreStopHook, minimumGracePeriodInSeconds).
 
-One substitution, and only one: the probes' command lines are the manifest's own, word for word, except the value of
+One substitution, and only one: the probes' and the hook's command lines are the manifest's own, word for word, except the value of
 `-u` (`http://127.0.0.1:8000`), whose port is the test's free port (port 8000 of the host's loopback is not ours to
 take). `--state-dir /var/lib/check_vllm` stays: the emptyDir is bound there in the container's mount namespace.
 """
@@ -51,6 +53,8 @@ MANIFEST = REPO / "contrib" / "kubernetes" / "vllm-deployment.yaml"
 STATE_VOLUME = "check-vllm-state"
 TMP_VOLUME = "tmp"
 KINDS = ("startup", "readiness", "liveness")
+#: kuberuntime's minimumGracePeriodInSeconds: what a kill gives after a preStop hook that took the rest.
+MINIMUM_GRACE = 2.0
 
 
 class KubeletRigError(RuntimeError):
@@ -80,6 +84,8 @@ class PodSpec:
     grace: float                   # terminationGracePeriodSeconds (API default 30)
     mounts: dict[str, str]         # volume name -> mountPath, for the emptyDir volumes
     restart_policy: str
+    #: lifecycle.preStop.exec.command: run in the container before each kill (None: no hook).
+    pre_stop: tuple[str, ...] | None = None
 
 
 def read_manifest(path: Path = MANIFEST) -> PodSpec:
@@ -113,7 +119,16 @@ def read_manifest(path: Path = MANIFEST) -> PodSpec:
     return PodSpec(int(user), int(group), psc.get("fsGroup"),
                    {e["name"]: str(e["value"]) for e in c.get("env") or [] if "value" in e},
                    probes, float(pod.get("terminationGracePeriodSeconds", 30)), mounts,
-                   pod.get("restartPolicy", "Always"))
+                   pod.get("restartPolicy", "Always"), _pre_stop(c, path))
+
+
+def _pre_stop(container: dict, path: Path) -> tuple[str, ...] | None:
+    hook = (container.get("lifecycle") or {}).get("preStop")
+    if not hook:
+        return None
+    if "exec" not in hook:
+        raise KubeletRigError(f"{path}: the rig runs exec preStop hooks only, not {sorted(hook)}")
+    return tuple(hook["exec"]["command"])
 
 
 def substitute_url(command: tuple[str, ...], url: str) -> tuple[str, ...]:
@@ -203,6 +218,8 @@ class Kubelet:
     events: list[tuple[float, str]] = field(default_factory=list)
     restart_count: int = 0
     kills: list[tuple[float, str]] = field(default_factory=list)
+    #: Each preStop hook run: (when, seconds, what it said).
+    pre_stops: list[tuple[float, float, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.port = urlsplit(self.url).port
@@ -336,18 +353,20 @@ class Kubelet:
         srv = self.server
         assert srv and srv.proc
         t = time.time()
+        grace = self.spec.grace - self.pre_stop(why) if self.spec.pre_stop else self.spec.grace
+        grace = max(grace, MINIMUM_GRACE)
         pgid = srv.proc.pid
         members = set(srv.all_pids()) | set(group_members(pgid))
-        self.event(f"kill container {self.container} ({why}): SIGTERM to PID 1, grace {self.spec.grace:g} s")
+        self.event(f"kill container {self.container} ({why}): SIGTERM to PID 1, grace {grace:g} s")
         try:
             os.kill(pgid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         try:
-            srv.proc.wait(self.spec.grace)
+            srv.proc.wait(grace)
             how = f"PID 1 exited after SIGTERM in {time.time() - t:.1f} s"
         except subprocess.TimeoutExpired:
-            how = f"PID 1 still there after the grace ({self.spec.grace:g} s): SIGKILL"
+            how = f"PID 1 still there after the grace ({grace:g} s): SIGKILL"
         members |= set(group_members(pgid)) | set(descendants(pgid))
         for p in members:
             try:
@@ -365,6 +384,24 @@ class Kubelet:
         self.kills.append((t, why))
         self.event(f"container {self.container} gone: {how}; {len(members)} processes")
         return time.time() - t
+
+    def pre_stop(self, why: str) -> float:
+        """kuberuntime's executePreStopHook: the hook, as the container's user in its mount namespace, within the
+        whole grace; the seconds it took come off the grace the kill then gives (killContainer)."""
+        assert self.spec.pre_stop
+        t0 = time.time()
+        argv = ["nsenter", f"--mount=/proc/{self.pid1()}/ns/mnt", "--", *self.as_user(),
+                *substitute_url(self.spec.pre_stop, self.url)]
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=self.spec.grace, env=self.env(),
+                               stdin=subprocess.DEVNULL, cwd="/")
+            said = f"exit {r.returncode}: {(r.stdout.strip().splitlines() or [r.stderr.strip()[-300:]])[-1]}"
+        except subprocess.TimeoutExpired:
+            said = f"killed at the grace ({self.spec.grace:g} s)"
+        took = time.time() - t0
+        self.pre_stops.append((t0, took, said))
+        self.event(f"preStop hook of container {self.container} ({why}) in {took:.1f} s: {said}")
+        return took
 
     # -- the probes
     def probe_argv(self, kind: str) -> list[str]:

@@ -454,6 +454,17 @@ def test_2_one_frozen_restarted_once_other_untouched(stack):
     assert not said, said
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}"), f"the frozen EngineCore {pid} outlived the restart"
+    # the shipped POST_MORTEM kept the proof in the container's state volume before `docker restart`
+    said = [ln for ln in log if f"{frozen.name} post-mortem: " in ln]
+    assert len(said) == 1 and " post-mortem in /var/lib/check_vllm/" in said[0], log
+    assert log.index(said[0]) < next(i for i, ln in enumerate(log) if ln.endswith(f"{frozen.name} restarted")), log
+    inside = Path(said[0].split("post-mortem in ", 1)[1].split(" (", 1)[0])
+    bundle = s.volume_dir() / inside.relative_to("/var/lib/check_vllm")
+    s.measured["post-mortem"] = {"said": said[0], "files": sorted(p.name for p in bundle.iterdir())}
+    assert json.loads((bundle / "evidence.json").read_text())["verdict"]["word"] == "stuck"
+    assert (bundle / "metrics.txt").read_text().startswith("HTTP 200")
+    names = {p.name for p in bundle.iterdir()}
+    assert "tree.txt" in names and any(n.startswith("proc-") for n in names), names  # the server's processes
 
 
 def summary(s: Stack) -> str:

@@ -14,6 +14,7 @@ The phases, in order, on one pod (one vLLM boot, one restart):
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -219,6 +220,26 @@ def test_k2_frozen(pod):
     assert first.container == 1 and "restarted" in first.line, first.line
     said = [r.line for r in k.runs if any(w in r.line for w in NO_MEMORY)]
     assert not said, said
+    _post_mortem_kept(k, pid)
+
+
+def _post_mortem_kept(k: Kubelet, engine_core: int) -> None:
+    """The manifest's preStop hook kept the proof in the state volume before the kill: the evidence (stuck), the
+    last page, and py-spy's dump of the frozen EngineCore, read without waking it (--nonblocking)."""
+    assert k.pre_stops, "the preStop hook did not run before the kill"
+    when, took, said = k.pre_stops[0]
+    k.measured["preStop"] = {"took": took, "said": said}
+    assert said.startswith("exit 0: ") and ": post-mortem: post-mortem in " in said, said
+    inside = Path(said.split("post-mortem in ", 1)[1].split(" (", 1)[0])
+    mount = Path(k.spec.mounts[STATE_VOLUME])
+    bundle = k.volumes[STATE_VOLUME] / inside.relative_to(mount)
+    assert stat.S_IMODE(bundle.stat().st_mode) == 0o700 and bundle.stat().st_uid == k.spec.run_as_user
+    evidence = json.loads((bundle / "evidence.json").read_text())
+    assert evidence["verdict"]["word"] == "stuck", evidence["verdict"]
+    assert (bundle / "metrics.txt").read_text().startswith("HTTP 200")
+    dump = (bundle / f"py-spy-{engine_core}.txt").read_text()
+    assert "vllm/v1/engine/core.py" in dump, dump[:2000]
+    assert took < 20 + 3, took
 
 
 # --------------------------------------------------------------------------- the report
