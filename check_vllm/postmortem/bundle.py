@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 from pathlib import Path
 
 from check_vllm.memory import statedir
 
-#: A bundle's name: its UTC time, the server's pid, and a number when two fall in the same second.
+#: A bundle's name: its UTC time, the server's pid, and a number when two fall in the same second (one more
+#: than any other of that second's, removed or not: the order of names is the order they were taken in).
 NAME_FORMAT = "%Y%m%dT%H%M%SZ"
+NAME = re.compile(r"^(\d{8}T\d{6}Z)-(\d+)(?:-(\d+))?$")
 #: Kept aside for the README and collection.json, written last.
 LAST_WORDS = 16 << 10
 #: No single file takes more than this share of the allowance: one runaway dump leaves room for the rest.
@@ -75,7 +78,9 @@ class Bundle:
     def create(cls, where: Path, pid: int, max_bytes: int, now: float | None = None) -> Bundle:
         parent = home(where)
         stamp = time.strftime(NAME_FORMAT, time.gmtime(time.time() if now is None else now))
-        for n in range(1000):
+        same = [m for m in map(NAME.match, os.listdir(parent)) if m and m.group(1) == stamp]
+        first = max((int(m.group(3) or 0) + 1 for m in same), default=0)
+        for n in range(first, first + 1000):
             path = parent / (f"{stamp}-{pid}" + (f"-{n}" if n else ""))
             try:
                 os.mkdir(path, 0o700)

@@ -29,7 +29,7 @@ METRICS_MAX = 4 << 20
 #: Kept back from the budget for the README, collection.json and the pruning, written after the last dump.
 RESERVE = 0.5
 #: What a dumper killed at its time-out may take beyond it (its grace, the SIGKILL, its output's reader).
-KILL_TIME = 2 * dumpers.GRACE + 0.2
+KILL_TIME = 2 * dumpers.GRACE + 0.1
 #: While gdb dumps follow (they stop the process, and the page with it), the page is waited for only this
 #: share of the budget; it is still taken if it comes before the end.
 METRICS_SHARE = 0.4

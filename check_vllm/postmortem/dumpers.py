@@ -16,7 +16,7 @@ from dataclasses import dataclass
 #: What a dumper may say before the rest is dropped (a gdb backtrace of hundreds of threads is ~1 MB).
 OUTPUT_MAX = 4 << 20
 #: Between the polite signal (gdb detaches on SIGTERM, so the process it held runs on) and SIGKILL.
-GRACE = 0.3
+GRACE = 0.25
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def run(argv: list[str], timeout: float) -> Ran:
                 pass
         rc = proc.returncode
     _kill(proc, signal.SIGKILL)  # whatever of its group is left
-    reader.join(timeout=0.2)  # a child that left the group may hold the pipe: not waited for
+    reader.join(timeout=0.1)  # a child that left the group may hold the pipe: not waited for
     took = time.monotonic() - started
     if timed_out:
         return Ran(bytes(out), f"timed out after {took:.1f} s (its process group killed)", False)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import stat
 import time
@@ -15,9 +14,8 @@ from typing import NamedTuple
 
 from check_vllm.contract.safe_text import clean
 from check_vllm.memory import statedir
-from check_vllm.postmortem.bundle import NAME_FORMAT
+from check_vllm.postmortem.bundle import NAME, NAME_FORMAT
 
-NAME = re.compile(r"^(\d{8}T\d{6}Z)-(\d+)(?:-(\d+))?$")
 #: collection.json is ours, and small; a bigger one was not written by the collector.
 COLLECTION_MAX = 256 << 10
 
