@@ -1,7 +1,8 @@
 """The post-mortem's directory: one per restart, `<root>/<UTC time>-<server pid>`, 0700, in a root vetted by
 the state directory's own rule (check_vllm.memory.statedir: another user's directory, one others may write to
 without a private `uid-N` in it, a planted link) and, beyond it, refused as a link itself or below a directory
-others may write to without the sticky bit (where anyone could rename it away and put their own in its place).
+others may write to without the sticky bit (where anyone could rename it away and put their own in its place),
+unless a directory of ours alone lies between (the private `uid-N` of a shared state directory).
 Its files are made new (never through a link), 0600, handed to the directory's owner when root makes them,
 and the whole bundle holds to a byte allowance: a huge dump is cut, never the next file dropped unsaid."""
 
@@ -34,13 +35,22 @@ def _open_to_others(st: os.stat_result) -> bool:
     return bool(st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)) and not st.st_mode & stat.S_ISVTX
 
 
+def _ours_alone(st: os.stat_result) -> bool:
+    """A directory of this user's that no one else may enter: nothing done above it reaches below it (a name
+    swapped above would be another user's or a link, which the state directory's rule refuses)."""
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+
+
 def _vet_above(where: Path) -> None:
-    """Every existing directory above `where` must be one no other user can rename things in."""
-    for above in reversed(where.parents):
+    """The directories above `where`, from the nearest up to the first of ours alone (a private `uid-N` in a
+    shared state directory, as in a kubelet's 2777 emptyDir): none may be one others can rename things in."""
+    for above in where.parents:
         try:
-            st = os.stat(above)
+            st = os.lstat(above)
         except OSError:
             continue
+        if _ours_alone(st):
+            return
         if _open_to_others(st):
             raise BundleRefused(
                 f"refusing the post-mortem directory {where}: {above} is writable by others without the sticky "

@@ -168,7 +168,8 @@ def _post_mortem_only(config: Config, now: bool) -> int:
         endpoint = endpoint_from(config.connection, HANDLER) if config.connection else None
         said = post_mortem.take_now(config.post_mortem._replace(enabled=True), door, config.url, config.process,
                                     endpoint, config.policy.max_verdict_age)
-    Logger(config.url, None)("post-mortem" if said.startswith("post-mortem") else "no post-mortem", said)
+    taken = said.startswith("post-mortem")
+    Logger(config.url, None)("post-mortem" if taken else "no post-mortem", said.removeprefix("no post-mortem: "))
     return 0
 
 

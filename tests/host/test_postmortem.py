@@ -9,6 +9,7 @@ Root (kernel stacks, chown to another user); py-spy from the test environment (t
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -127,6 +128,19 @@ def test_gdb_and_proc_give_a_native_processs_stacks_and_its_children_are_found(t
     assert "wchan hrtimer_nanosleep" in read(result, f"proc-{child[0]}.txt")
     assert outcome(result, f"gdb {shell.pid}").startswith("ok")
     assert os.path.exists(f"/proc/{child[0]}") and "T" not in open(f"/proc/{child[0]}/stat").read().split()[2]
+
+
+def test_gdb_refused_by_another_tracer_is_a_failed_step_not_an_ok_one(tmp_path: Path, spawn):
+    """gdb -batch exits 0 when it cannot attach (a thread already traced: a debugger, strace, the real llama.cpp
+    tier's rig): the step says failed and why, and /proc still gives the stacks."""
+    native = spawn("sleep", "300")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    assert libc.ptrace(0x4206, native.pid, None, None) == 0, os.strerror(ctypes.get_errno())  # PTRACE_SEIZE
+    result = collect(tmp_path / "pm", [native.pid], None, EVIDENCE, tools=tools())
+    said = outcome(result, f"gdb {native.pid}")
+    assert said.startswith("failed in ") and f"already traced by process {os.getpid()}" in said, said
+    assert "wchan hrtimer_nanosleep" in read(result, f"proc-{native.pid}.txt")
 
 
 def never_returns(where: Path, name: str) -> str:
@@ -285,3 +299,18 @@ def test_a_shared_root_keeps_a_private_directory_and_the_monitoring_users_root_g
     result = collect(theirs, [os.getpid()], None, EVIDENCE, tools=Tools())
     assert result.path is not None, result.steps
     assert {os.lstat(p).st_uid for p in [result.path, *result.path.iterdir()]} == {NOBODY}
+
+
+def test_post_mortems_in_the_private_directory_of_a_shared_state_directory_are_taken(tmp_path: Path):
+    """The handler's default in a kubelet's emptyDir (2777: writable by all, no sticky bit): post-mortems/ in the
+    private uid-N the state directory's rule made. What is above a directory of ours alone cannot reach below it;
+    once others may enter that one too, the open directory above it refuses the root again."""
+    shared = tmp_path / "state"
+    shared.mkdir()
+    shared.chmod(0o2777)
+    private = shared / f"uid-{os.geteuid()}"
+    private.mkdir(mode=0o700)
+    result = collect(private / "post-mortems", [os.getpid()], None, EVIDENCE, tools=Tools())
+    assert result.path is not None and result.path.parent == private / "post-mortems", result.steps
+    private.chmod(0o750)
+    refused(collect(private / "post-mortems", [os.getpid()], None, EVIDENCE, tools=Tools()), "without the sticky bit")
