@@ -124,7 +124,10 @@ def _dump(bundle: Bundle, dump: stacks.Dump, clock: _Clock, after: int) -> str:
     if timeout < 0.2:
         return "skipped: the budget was spent"
     ran = dumpers.run(list(dump.argv), timeout)
-    return ran.outcome + (_cut(bundle.write(dump.file, ran.output)) if ran.output else "")
+    said = ran.outcome
+    if ran.ok and any(w.encode() in ran.output for w in dump.fails_on):
+        said = f"failed{ran.outcome.removeprefix('ok')}: {dumpers.why(ran.output, dump.fails_on)}"
+    return said + (_cut(bundle.write(dump.file, ran.output)) if ran.output else "")
 
 
 def _metrics(bundle: Bundle, page: _Page, wait: float) -> str | None:

@@ -63,11 +63,11 @@ def _kill(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def _why(out: bytes) -> str:
-    """The line of a failed dumper's output that says why: its first error line, else its first line."""
+def why(out: bytes, words: tuple[str, ...] = ("error",)) -> str:
+    """The lines of a failed dumper's output that say why: those holding one of `words`, else its first line."""
     lines = [line.strip() for line in out.decode("utf-8", "replace").splitlines() if line.strip()]
-    said = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "no output")
-    return said[:200]
+    said = [line for line in lines if any(w.lower() in line.lower() for w in words)] or lines[:1] or ["no output"]
+    return " ".join(said)[:300]
 
 
 def run(argv: list[str], timeout: float) -> Ran:
@@ -104,5 +104,5 @@ def run(argv: list[str], timeout: float) -> Ran:
     if timed_out:
         return Ran(bytes(out), f"timed out after {took:.1f} s (its process group killed)", False)
     if rc != 0:
-        return Ran(bytes(out), f"failed (exit {rc}) in {took:.1f} s: {_why(bytes(out))}", False)
+        return Ran(bytes(out), f"failed (exit {rc}) in {took:.1f} s: {why(bytes(out))}", False)
     return Ran(bytes(out), f"ok in {took:.1f} s", True)

@@ -18,6 +18,10 @@ PY_SPY_CAP = 10.0
 GDB_CAP = 15.0
 NVIDIA_CAP = 8.0
 
+#: gdb's words for an attach that did not happen (another tracer holds a thread: a debugger, strace; no
+#: CAP_SYS_PTRACE): it still exits 0.
+GDB_FAILED = ("ptrace: Operation not permitted", "No threads.", "already traced by")
+
 #: Phases: before the /metrics page is waited for (nothing stopped), after it, and only with time to spare.
 FIRST, AFTER_METRICS, SPARE = 0, 1, 2
 
@@ -32,6 +36,8 @@ class Dump:
     cap: float
     phase: int
     why_not: str = ""
+    #: What in its output means it failed although it exited 0 (gdb -batch does when it cannot attach).
+    fails_on: tuple[str, ...] = ()
 
 
 def _named(p: Proc) -> str:
@@ -53,7 +59,7 @@ def gdb(tool: str | None, p: Proc) -> Dump:
         return Dump(step, file, None, GDB_CAP, AFTER_METRICS, f"gdb not installed: {INSTALL['gdb']}")
     argv = (tool, "-nx", "-batch", "-iex", "set debuginfod enabled off", "-p", str(p.pid),
             "-ex", "set pagination off", "-ex", "info threads", "-ex", "thread apply all bt")
-    return Dump(step, file, argv, GDB_CAP, AFTER_METRICS)
+    return Dump(step, file, argv, GDB_CAP, AFTER_METRICS, fails_on=GDB_FAILED)
 
 
 def plan(procs: Sequence[Proc], tools: Tools) -> list[Dump]:

@@ -35,6 +35,7 @@ def test_python_processes_get_py_spy_first_native_ones_gdb_after_the_page_and_na
     gdb = plan[3].argv
     assert gdb is not None and gdb[:3] == ("/usr/bin/gdb", "-nx", "-batch") and "thread apply all bt" in gdb
     assert ("-p", "200") == gdb[gdb.index("-p"):gdb.index("-p") + 2]
+    assert "already traced by" in plan[3].fails_on, "gdb -batch exits 0 when it cannot attach"
 
 
 def test_a_missing_tool_is_a_step_that_says_how_to_get_it():
