@@ -5,8 +5,8 @@ itself; the restart behind the post-mortem must not wait for it."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -28,9 +28,19 @@ class Tools:
 
 
 def _which(name: str) -> str | None:
-    """On PATH, or beside this interpreter (a venv's bin, where `pip install py-spy` puts it)."""
-    beside = os.path.join(os.path.dirname(sys.executable), name)
-    return shutil.which(name) or (beside if os.access(beside, os.X_OK) else None)
+    """On PATH, or beside this interpreter (a venv's bin, where `pip install py-spy` puts it): the first regular
+    file of that name with an execute bit. Not shutil.which: access(2) drops a non-root user's capabilities, so a
+    tool reached through a directory only CAP_DAC_READ_SEARCH may search would be missed, though execve runs it."""
+    dirs = [*filter(None, os.environ.get("PATH", os.defpath).split(os.pathsep)), os.path.dirname(sys.executable)]
+    for where in dirs:
+        path = os.path.join(where, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_mode & 0o111:
+            return path
+    return None
 
 
 def find() -> Tools:

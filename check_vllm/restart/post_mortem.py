@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from check_vllm.contract.safe_text import without_userinfo
+from check_vllm.memory import statedir
 
 if TYPE_CHECKING:
     from check_vllm.contract.defaults import Options
@@ -111,8 +112,9 @@ def list_bundles(root: Path) -> int:
         return 1
     if not found:
         print(f"no post-mortem in {root}")
+    where = statedir.home(root)  # a shared root's bundles are in this user's uid-N
     for each in found:
-        print(f"{root / each.name}  {each.when}  {each.size / 1024:.0f} KiB  {each.summary}")
+        print(f"{where / each.name}  {each.when}  {each.size / 1024:.0f} KiB  {each.summary}")
     return 0
 
 
@@ -122,10 +124,8 @@ def latest(root: Path, now: float | None = None) -> str:
 
     from check_vllm.postmortem.retention import bundles
 
-    try:
-        from check_vllm.postmortem.bundle import home
-
-        found = bundles(home(root)) if root.exists() else []
+    try:  # the directory as it is, never made or vetted here: --status only reads
+        found = bundles(statedir.home(root)) if root.exists() else []
     except Exception:  # noqa: BLE001 - a listing's fault must not cost the restart service its line
         return ""
     if not found:

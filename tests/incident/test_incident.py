@@ -24,11 +24,13 @@ restart and from the restart to OK, the requests lost.
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -318,6 +320,15 @@ def test_2_hang_stalling_stuck_one_restart_through_supervisord_then_ok(world: Wo
     new_restarts = w.restarts()[restarts0:]
     assert len(new_restarts) == 1 and "restarted: verdict 'stuck'" in new_restarts[0], w.handler_lines()
     assert "ran /usr/bin/supervisorctl" in new_restarts[0], new_restarts
+    # before it, the post-mortem of the hang (issue 48): the evidence, the last page, the frozen EngineCore's stacks
+    assert "; post-mortem in " in new_restarts[0], new_restarts
+    bundle = Path(new_restarts[0].split("; post-mortem in ", 1)[1].split(" (", 1)[0])
+    assert json.loads((bundle / "evidence.json").read_text())["verdict"]["word"] == "stuck"
+    assert "vllm:" in (bundle / "metrics.txt").read_text()
+    assert "vllm/v1/engine/core.py" in (bundle / f"py-spy-{engine}.txt").read_text()
+    took = json.loads((bundle / "collection.json").read_text())["took"]
+    phase_record(w, "hang", post_mortem=str(bundle), post_mortem_seconds=took)
+    assert took < 20, took
     assert len(w.history()) == hist0 + 1 and entry["rc"] == 0 and entry["verdict"] == "stuck", w.history()
     assert any("stopped: vllm" in ln for ln in sup_new), sup_new
     spawned = [ln for ln in sup_new if "spawned: 'vllm'" in ln]
