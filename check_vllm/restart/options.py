@@ -35,7 +35,9 @@ def parser() -> argparse.ArgumentParser:
                "(whether or not it restarted), 1 the restart command failed or timed out, 2 bad usage.",
     )
     e = p.add_argument_group("event (from the scheduler)")
-    e.add_argument("--state", help="$service.state$ / $SERVICESTATE$: OK, WARNING, CRITICAL, UNKNOWN")
+    e.add_argument("--state", help="$service.state$ / $SERVICESTATE$: OK, WARNING, CRITICAL, UNKNOWN; with --status, "
+                                   "the main service's (a restart waits for it to be CRITICAL; empty or unset: "
+                                   "CRITICAL)")
     e.add_argument("--state-type", metavar="TYPE", help="$service.state_type$ / $SERVICESTATETYPE$: SOFT or HARD; "
                                                         "with --status, the main service's (a restart waits for "
                                                         "HARD; empty or unset: HARD)")
@@ -97,9 +99,13 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Event, list[str]]:
     if args.post_mortems or args.take_post_mortem:  # no event, no command
         check_url(args.url)
         return args, _event(args, "OK", "HARD"), command
-    if args.status:  # the restart service's check: "if the main service were CRITICAL now", in its state type
+    if args.status:  # the restart service's check: the main service's state and state type, CRITICAL HARD unset
         check_url(args.url)
-        return args, _event(args, "CRITICAL", _state_type((args.state_type or "").strip() or "HARD")), command
+        main = (args.state or "").strip()
+        state = _STATES.get(main.upper()) if main else "CRITICAL"
+        if state is None:
+            raise UsageError(f"--state must be OK, WARNING, CRITICAL or UNKNOWN (or 0-3), not {args.state!r}")
+        return args, _event(args, state, _state_type((args.state_type or "").strip() or "HARD")), command
     if args.state is None or args.state_type is None:
         raise UsageError("--state and --state-type are required (or --status)")
     state = _STATES.get(args.state.strip().upper())

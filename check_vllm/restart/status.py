@@ -27,7 +27,9 @@ def report(event: Event, door: Callable[[], Door], weigh: Callable[[Event, Door]
            last_bundle: Callable[[Door], str] = lambda store: "") -> int:
     """Print one plugin line for the decision the handler would take now (`weigh`, on the store `door` opens,
     locked as the handler locks it), naming the last post-mortem (`last_bundle`); return its exit code."""
-    soft, event = event.state_type != "HARD", replace(event, state_type="HARD")
+    # weighed as if the main service were CRITICAL HARD; what it really is holds a due restart back below
+    main, soft = event.service_state, event.state_type != "HARD"
+    event = replace(event, service_state="CRITICAL", state_type="HARD")
     early = screen(event)
     if early is not None:  # a downtime or an acknowledgement holds any restart back
         return _say(WARNING, f"held back: {early.why}")
@@ -39,6 +41,9 @@ def report(event: Event, door: Callable[[], Door], weigh: Callable[[Event, Door]
         if store.unlocked:
             return _say(UNKNOWN, f"cannot read the restart history: {store.unlocked}")
         decision, aside = weigh(event, store), last_bundle(store)
+    if decision.act and main != "CRITICAL":  # the check wrote its verdict before the scheduler took its result in
+        return _say(WARNING, f"held back: the main service is still {main}, a restart waits for its CRITICAL HARD "
+                             f"state ({decision.why}){aside}")
     if decision.act and soft:  # the main service's max_check_attempts is a guard too: it confirms the problem
         attempt = f", attempt {event.attempt}" if event.attempt is not None else ""
         return _say(WARNING, f"held back: the main service is CRITICAL SOFT{attempt}, a restart waits for its HARD "

@@ -181,6 +181,28 @@ def test_status_holds_a_restart_back_while_the_main_service_is_soft(target):
     assert bad.code == 3 and "--state-type must be SOFT or HARD" in bad.out, bad.out
 
 
+def test_status_holds_a_restart_back_until_the_main_service_has_taken_its_critical_result_in(target):
+    """The check writes its verdict before the scheduler takes its result in: a restart service checked in between
+    saw the main service still OK HARD (its last state) and made a restart due on one CRITICAL SOFT result (the
+    incident tier, a killed engine restarted at the main service's SOFT 1/3). With the main service's state
+    (Icinga 2's `state`, Nagios' $SERVICESTATEID::vllm$), nothing is due before it is CRITICAL."""
+    url, tmp = target
+    plant(tmp, url, "down")
+    early = status(tmp, url, "--state", "0", "--state-type", "1")  # Icinga 2's numbers: OK HARD
+    assert early.code == 1, early.out
+    assert early.out.startswith("VLLM_RESTART WARNING - held back: the main service is still OK, a restart waits "
+                                "for its CRITICAL HARD state (verdict 'down' (planted)"), early.out
+    due = status(tmp, url, "--state", "2", "--state-type", "1")
+    assert due.code == 2 and due.out.startswith("VLLM_RESTART CRITICAL - due: verdict 'down'"), due.out
+    unset = status(tmp, url, "--state=", "--state-type", "HARD")  # a macro of a service it does not know: empty
+    assert unset.code == 2, unset.out
+    plant(tmp, url, "busy", 0)
+    quiet = status(tmp, url, "--state", "OK", "--state-type", "HARD")
+    assert quiet.code == 0 and "nothing to restart" in quiet.out, quiet.out
+    bad = status(tmp, url, "--state", "LATER")
+    assert bad.code == 3 and "--state must be OK, WARNING, CRITICAL or UNKNOWN" in bad.out, bad.out
+
+
 def test_status_usage_errors_are_unknown_not_critical(tmp_path):
     out = run_script("check_vllm_restart", "--status", "--url", "ftp://x")
     assert out.code == 3 and out.out.startswith("VLLM_RESTART UNKNOWN - usage:"), out.out
