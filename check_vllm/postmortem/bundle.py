@@ -68,11 +68,33 @@ def home(where: Path) -> Path:
     except FileNotFoundError:
         pass
     mine = statedir.home(where)
+    owner = statedir.heir(mine.parent)
+    if owner is not None:  # root, in another user's directory (the monitoring user's state directory)
+        _handed(mine, owner)
+        return mine
     try:
         statedir.vet(mine)
     except statedir.StateDirRefused as exc:
         raise BundleRefused(f"post-mortem directory: {exc}") from None
     return mine
+
+
+def _handed(directory: Path, owner: tuple[int, int]) -> None:
+    """Root's run in the monitoring user's directory: the bundles' directory made 0700 and handed to that user, as
+    everything root makes there is, so the user's own runs read and prune it; or found as that user made it."""
+    try:
+        os.mkdir(directory, 0o700)
+        os.chown(directory, *owner)
+    except FileExistsError:
+        pass
+    st = os.lstat(directory)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise BundleRefused(f"refusing the post-mortem directory {directory}: it is not a directory check_vllm made "
+                            "(a symlink or a file); remove it, or choose another directory")
+    if st.st_uid not in (owner[0], 0) or st.st_mode & 0o022:
+        raise BundleRefused(f"refusing the post-mortem directory {directory}: it belongs to uid {st.st_uid} with mode "
+                            f"{stat.S_IMODE(st.st_mode):04o}, not to the state directory's owner (uid {owner[0]}) "
+                            "and writable by no one else")
 
 
 class Bundle:

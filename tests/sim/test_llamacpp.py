@@ -213,8 +213,9 @@ def test_a_completion_wakes_it_after_the_reload_and_restarts_the_timer(make_sim:
 
 
 def test_slots_is_a_task_that_wakes_it_too(make_sim: Callable[..., Simulator]) -> None:
-    sim = make_sim(LlamacppOptions(sleep_idle_seconds=0.5, reload_seconds=0.1))
-    time.sleep(0.6)
+    # 2 s idle: on eight workers over two cores, the /props read right after /slots may come a second later
+    sim = make_sim(LlamacppOptions(sleep_idle_seconds=2.0, reload_seconds=0.1))
+    time.sleep(2.1)
     assert sleeping(sim)
     slots = httpx.get(f"{sim.url}/slots", timeout=5).json()
     assert [slot["is_processing"] for slot in slots] == [False, False] and not sleeping(sim)

@@ -214,10 +214,11 @@ def test_pause_makes_ready_503_and_holds_generations(make_sim: Callable[..., Sim
 
 
 def test_watchdog_kills_a_server_stuck_with_a_batch_only(make_sim: Callable[..., Simulator]) -> None:
-    hung = make_sim(SglangOptions(watchdog_timeout=0.3), scenario="hung_idle")
-    sim = make_sim(SglangOptions(watchdog_timeout=0.3), scenario="stuck")
+    # 2 s: the first request must come before the watchdog fires, on eight workers over two cores too
+    hung = make_sim(SglangOptions(watchdog_timeout=2.0), scenario="hung_idle")
+    sim = make_sim(SglangOptions(watchdog_timeout=2.0), scenario="stuck")
     assert httpx.get(f"{sim.url}/v1/models", timeout=5).status_code == 200
-    time.sleep(0.6)
+    time.sleep(3.0)
     assert sim.scenario == "dead"
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{sim.url}/v1/models", timeout=2)
