@@ -26,6 +26,7 @@ from check_vllm.postmortem import dumpers
 from check_vllm.postmortem.collect import Result, collect
 from check_vllm.postmortem.dumpers import Tools
 from check_vllm.postmortem.retention import bundles, listing, size
+from tests.rig.bundles import outcome, text
 
 pytestmark = [
     pytest.mark.host,  # real processes stopped and dumped: run alone, after the parallel suite
@@ -70,35 +71,24 @@ def tools() -> Tools:
     return found
 
 
-def outcome(result: Result, prefix: str) -> str:
-    said = [o for s, o in result.steps if s.startswith(prefix)]
-    assert len(said) == 1, (prefix, result.steps)
-    return said[0]
-
-
-def read(result: Result, name: str) -> str:
-    assert result.path is not None, result.steps
-    return (result.path / name).read_text()
-
-
 def test_py_spy_names_the_function_a_python_process_hangs_in(tmp_path: Path, spawn):
     proc = spawn(sys.executable, "-c", LOOPER, "--api-key", "sk-secret", ready=True)
     started = time.monotonic()
     result = collect(tmp_path / "pm", [proc.pid], lambda: "vllm:num_requests_running 2\n", EVIDENCE, tools=tools())
     print(f"collect of one Python process: {result.took:.2f} s (wall {time.monotonic() - started:.2f} s)")
     assert outcome(result, f"py-spy {proc.pid}").startswith("ok")
-    assert "stuck_in_a_known_function" in read(result, f"py-spy-{proc.pid}.txt")
+    assert "stuck_in_a_known_function" in text(result, f"py-spy-{proc.pid}.txt")
     assert outcome(result, "py-spy --native").startswith("ok")  # a running process: its C frames too
-    assert "stuck_in_a_known_function" in read(result, f"py-spy-native-{proc.pid}.txt")
-    assert json.loads(read(result, "evidence.json")) == EVIDENCE
-    assert read(result, "metrics.txt") == "vllm:num_requests_running 2\n"
-    described = read(result, f"proc-{proc.pid}.txt")
+    assert "stuck_in_a_known_function" in text(result, f"py-spy-native-{proc.pid}.txt")
+    assert json.loads(text(result, "evidence.json")) == EVIDENCE
+    assert text(result, "metrics.txt") == "vllm:num_requests_running 2\n"
+    described = text(result, f"proc-{proc.pid}.txt")
     assert f"thread {proc.pid} (python" in described and " wchan " in described and "[<0>]" in described
     assert "sk-secret" not in described and "--api-key ***" in described
-    assert "sk-secret" not in read(result, "tree.txt")
-    assert "kernel" in read(result, "versions.txt")
+    assert "sk-secret" not in text(result, "tree.txt")
+    assert "kernel" in text(result, "versions.txt")
     for name in ("README.txt", "collection.json", "tree.txt"):
-        assert read(result, name)
+        assert text(result, name)
     assert result.path is not None and stat.S_IMODE(os.stat(result.path).st_mode) == 0o700
     assert {stat.S_IMODE(p.stat().st_mode) for p in result.path.iterdir()} == {0o600}
     print(f"bundle: {size(result.path)} bytes, {len(list(result.path.iterdir()))} files")
@@ -110,10 +100,10 @@ def test_py_spy_nonblocking_reads_a_process_stopped_with_sigstop(tmp_path: Path,
     time.sleep(0.2)
     result = collect(tmp_path / "pm", [proc.pid], None, EVIDENCE, budget=15, tools=tools())
     assert outcome(result, f"py-spy {proc.pid}").startswith("ok"), result.steps
-    assert "stuck_in_a_known_function" in read(result, f"py-spy-{proc.pid}.txt")
+    assert "stuck_in_a_known_function" in text(result, f"py-spy-{proc.pid}.txt")
     assert not [s for s, _ in result.steps if s.startswith("py-spy --native")], "a stopped process cannot be suspended"
-    assert f"pid {proc.pid} (parent {os.getpid()})" in read(result, f"proc-{proc.pid}.txt")
-    assert "state T" in read(result, f"proc-{proc.pid}.txt")
+    assert f"pid {proc.pid} (parent {os.getpid()})" in text(result, f"proc-{proc.pid}.txt")
+    assert "state T" in text(result, f"proc-{proc.pid}.txt")
     assert outcome(result, "metrics") == "not read: no reader given"
 
 
@@ -121,11 +111,11 @@ def test_gdb_and_proc_give_a_native_processs_stacks_and_its_children_are_found(t
     shell = spawn("sh", "-c", "sleep 300 & wait")
     time.sleep(0.3)
     result = collect(tmp_path / "pm", [shell.pid], None, EVIDENCE, tools=tools())
-    child = [line.split()[0] for line in read(result, "tree.txt").splitlines()[1:] if "sleep: sleep 300" in line]
-    assert len(child) == 1, read(result, "tree.txt")
-    gdb = read(result, f"gdb-{child[0]}.txt")
+    child = [line.split()[0] for line in text(result, "tree.txt").splitlines()[1:] if "sleep: sleep 300" in line]
+    assert len(child) == 1, text(result, "tree.txt")
+    gdb = text(result, f"gdb-{child[0]}.txt")
     assert outcome(result, f"gdb {child[0]}").startswith("ok") and "nanosleep" in gdb and "#0 " in gdb
-    assert "wchan hrtimer_nanosleep" in read(result, f"proc-{child[0]}.txt")
+    assert "wchan hrtimer_nanosleep" in text(result, f"proc-{child[0]}.txt")
     assert outcome(result, f"gdb {shell.pid}").startswith("ok")
     assert os.path.exists(f"/proc/{child[0]}") and "T" not in open(f"/proc/{child[0]}/stat").read().split()[2]
 
@@ -140,7 +130,7 @@ def test_gdb_refused_by_another_tracer_is_a_failed_step_not_an_ok_one(tmp_path: 
     result = collect(tmp_path / "pm", [native.pid], None, EVIDENCE, tools=tools())
     said = outcome(result, f"gdb {native.pid}")
     assert said.startswith("failed in ") and f"already traced by process {os.getpid()}" in said, said
-    assert "wchan hrtimer_nanosleep" in read(result, f"proc-{native.pid}.txt")
+    assert "wchan hrtimer_nanosleep" in text(result, f"proc-{native.pid}.txt")
 
 
 def never_returns(where: Path, name: str) -> str:
@@ -177,10 +167,10 @@ def test_dumpers_and_a_page_that_never_return_cost_no_more_than_the_budget(tmp_p
     assert outcome(result, f"gdb {native.pid}").startswith("timed out after "), result.steps
     assert outcome(result, "py-spy --native").startswith("timed out after "), result.steps
     assert outcome(result, "metrics").startswith("timed out"), result.steps
-    assert "timed out after" in read(result, "README.txt")
-    said = json.loads(read(result, "collection.json"))
+    assert "timed out after" in text(result, "README.txt")
+    said = json.loads(text(result, "collection.json"))
     assert said["summary"].startswith("stuck; ") and "timed out" in said["summary"]
-    assert read(result, f"proc-{python.pid}.txt") and read(result, "evidence.json"), "the rest was collected"
+    assert text(result, f"proc-{python.pid}.txt") and text(result, "evidence.json"), "the rest was collected"
     pids = [int(p) for name in ("py-spy", "gdb") for p in (bin_ / f"{name}.pids").read_text().split()]
     time.sleep(0.3)
     assert len(pids) >= 4 and all(gone(p) for p in pids), "every hung dumper's whole group was killed"
@@ -192,8 +182,8 @@ def test_a_missing_dumper_is_said_and_the_rest_goes_on(tmp_path: Path, spawn):
     result = collect(tmp_path / "pm", [python.pid, native.pid], lambda: b"x 1\n", EVIDENCE, tools=Tools())
     assert outcome(result, f"py-spy {python.pid}") == "py-spy not installed: pip install py-spy (or check_vllm[postmortem])"
     assert outcome(result, f"gdb {native.pid}") == "gdb not installed: apt-get install gdb"
-    assert outcome(result, "processes") == "ok: 2 processes" and read(result, "metrics.txt") == "x 1\n"
-    assert "py-spy not installed" in read(result, "README.txt")
+    assert outcome(result, "processes") == "ok: 2 processes" and text(result, "metrics.txt") == "x 1\n"
+    assert "py-spy not installed" in text(result, "README.txt")
 
 
 def test_a_gone_server_and_a_failing_reader_are_steps_not_errors(tmp_path: Path):
@@ -202,7 +192,7 @@ def test_a_gone_server_and_a_failing_reader_are_steps_not_errors(tmp_path: Path)
     result = collect(tmp_path / "pm", [2 ** 22 + 7], broken, EVIDENCE, tools=Tools())
     assert outcome(result, "processes") == f"none of the processes [{2 ** 22 + 7}] is alive"
     assert outcome(result, "metrics") == "failed: ConnectionRefusedError: connection refused"
-    assert read(result, "README.txt")
+    assert text(result, "README.txt")
 
 
 # --------------------------------------------------------------------------- retention, the size cap, the listing
@@ -241,7 +231,7 @@ def test_the_size_cap_removes_the_oldest_and_cuts_a_single_huge_dump(tmp_path: P
     assert sum(size(b) for b in bundles(tmp_path / "pm")) <= cap
     metrics = (huge.path / "metrics.txt").read_bytes()
     assert metrics.endswith(b"the post-mortem's size cap]\n") and len(metrics) < cap
-    assert "cut" in outcome(huge, "metrics") and "cut by the size cap" in read(huge, "README.txt")
+    assert "cut" in outcome(huge, "metrics") and "cut by the size cap" in text(huge, "README.txt")
 
 
 # --------------------------------------------------------------------------- the root's hostile states

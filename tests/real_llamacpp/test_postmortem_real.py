@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from check_vllm.postmortem import dumpers
-from check_vllm.postmortem.collect import Result, collect
+from check_vllm.postmortem.collect import collect
 from check_vllm.postmortem.retention import size
 from tests.real_llamacpp.conftest import REPORTS, TIMINGS
+from tests.rig.bundles import outcome, text
 from tests.rig.llamacpp_server import LlamaServer, thread_state
 
 pytestmark = pytest.mark.real_llamacpp
@@ -26,17 +27,6 @@ def busy(server: LlamaServer, processing: float = 2) -> None:
     while server.counter("requests_processing") != processing or server.counter("n_decode_total") == 0:
         assert time.monotonic() < deadline, server.metrics_text()[-2000:]
         time.sleep(0.2)
-
-
-def outcome(result: Result, prefix: str) -> str:
-    said = [o for s, o in result.steps if s.startswith(prefix)]
-    assert len(said) == 1, (prefix, result.steps)
-    return said[0]
-
-
-def text(result: Result, name: str) -> str:
-    assert result.path is not None, result.steps
-    return (result.path / name).read_text()
 
 
 def test_decode_loop_stopped_proc_stacks_always_within_the_budget(server: LlamaServer, tmp_path: Path):

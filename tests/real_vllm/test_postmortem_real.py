@@ -15,27 +15,17 @@ from pathlib import Path
 import pytest
 
 from check_vllm.postmortem import dumpers
-from check_vllm.postmortem.collect import Result, collect
+from check_vllm.postmortem.collect import collect
 from check_vllm.postmortem.dumpers import Tools
 from check_vllm.postmortem.retention import size
 from tests.real_vllm.conftest import TIMINGS
+from tests.rig.bundles import outcome, text
 from tests.rig.vllm_server import VllmServer, idle, saturated
 
 pytestmark = pytest.mark.real_vllm
 
 LONG = 2000
 EVIDENCE = {"verdict": "stuck", "status": "VLLM CRITICAL - stuck: no progress", "engine": "vllm"}
-
-
-def outcome(result: Result, prefix: str) -> str:
-    said = [o for s, o in result.steps if s.startswith(prefix)]
-    assert len(said) == 1, (prefix, result.steps)
-    return said[0]
-
-
-def text(result: Result, name: str) -> str:
-    assert result.path is not None, result.steps
-    return (result.path / name).read_text()
 
 
 def settle(srv: VllmServer) -> None:
