@@ -20,7 +20,7 @@ import time
 import traceback
 from collections.abc import Callable
 from functools import partial
-from typing import Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from check_vllm.cli import statusline
 from check_vllm.cli.args import UsageError
@@ -45,6 +45,9 @@ from check_vllm.restart.options import PROG, parse
 from check_vllm.restart.policy import Decision, Event, decide, screen, this_hour
 from check_vllm.restart.starting import still_loading
 from check_vllm.server import clock as clocks
+
+if TYPE_CHECKING:
+    from check_vllm.server.fetch import Endpoint
 
 
 class Weighed(NamedTuple):
@@ -151,13 +154,16 @@ def _post_mortem(config: Config, door: Door, weighed: Weighed) -> str:
     ours in it is said in the log line, never a reason not to restart."""
     try:
         event = dataclasses.asdict(weighed.event) if weighed.event else {}
-        endpoint = endpoint_from(config.connection, HANDLER) if config.connection and config.post_mortem.enabled \
-            else None
         proof = post_mortem.evidence(config.url, door, event, weighed.decision.why, weighed.entries)
-        return post_mortem.take(config.post_mortem, door, config.url, config.process, endpoint, proof)
+        return post_mortem.take(config.post_mortem, door, config.url, config.process, _reach(config), proof)
     except Exception as err:  # noqa: BLE001 - the restart it precedes must happen whatever fails here
         traceback.print_exc(file=sys.stderr)
         return f"no post-mortem: {err.__class__.__name__}: {err}"
+
+
+def _reach(config: Config) -> Callable[[], Endpoint] | None:
+    """The server's connection from the check's rows, made only when a post-mortem reads the last page."""
+    return partial(endpoint_from, config.connection, HANDLER) if config.connection else None
 
 
 def _post_mortem_only(config: Config, now: bool) -> int:
@@ -165,9 +171,8 @@ def _post_mortem_only(config: Config, now: bool) -> int:
     if not now:
         return post_mortem.list_bundles(config.post_mortem.where(config.door()))
     with config.door() as door:
-        endpoint = endpoint_from(config.connection, HANDLER) if config.connection else None
         said = post_mortem.take_now(config.post_mortem._replace(enabled=True), door, config.url, config.process,
-                                    endpoint, config.policy.max_verdict_age)
+                                    _reach(config), config.policy.max_verdict_age)
     taken = said.startswith("post-mortem")
     Logger(config.url, None)("post-mortem" if taken else "no post-mortem", said.removeprefix("no post-mortem: "))
     return 0

@@ -70,12 +70,15 @@ def server_pids(url: str, process: Options) -> tuple[list[int], str]:
     return [seen.process.pid], ""
 
 
-def metrics_reader(endpoint: Endpoint, timeout: float) -> Callable[[], bytes]:
-    """The last /metrics page, read once: the whole page, the status line first (a 500 is evidence too)."""
+def metrics_reader(reach: Callable[[], Endpoint], timeout: float) -> Callable[[], bytes]:
+    """The last /metrics page, read once: the whole page, the status line first (a 500 is evidence too). The
+    connection is made only then (`reach` reads the key and CA files), inside the collection's page thread: a
+    collection that never happens reads nothing, and a bad file is that step's outcome, never the restart's."""
 
     def read() -> bytes:
         from check_vllm.server.fetch import request
 
+        endpoint = reach()
         with endpoint.client() as client:
             got = request(client, endpoint, "GET", "/metrics", timeout)
         return f"HTTP {got.status} ({got.content_type or 'no content type'})\n\n".encode() + got.body
@@ -83,7 +86,7 @@ def metrics_reader(endpoint: Endpoint, timeout: float) -> Callable[[], bytes]:
     return read
 
 
-def take(plan: Plan, door: Door, url: str, process: Options, endpoint: Endpoint | None,
+def take(plan: Plan, door: Door, url: str, process: Options, reach: Callable[[], Endpoint] | None,
          evidence_of: dict[str, Any]) -> str:
     """Collect into a new bundle; the words the handler's log line carries (where it is, or why there is none)."""
     if not plan.enabled:
@@ -91,7 +94,7 @@ def take(plan: Plan, door: Door, url: str, process: Options, endpoint: Endpoint 
     from check_vllm.postmortem.collect import collect
 
     pids, why_none = server_pids(url, process)
-    reader = metrics_reader(endpoint, min(5.0, plan.budget / 4)) if endpoint is not None else None
+    reader = metrics_reader(reach, min(5.0, plan.budget / 4)) if reach is not None else None
     done = collect(plan.where(door), pids, reader, {**evidence_of, "no_process": why_none or None}, plan.budget,
                    plan.keep, plan.max_bytes)
     if done.path is None:
@@ -135,7 +138,8 @@ def latest(root: Path, now: float | None = None) -> str:
     return f"; last post-mortem {found[-1]}, {ago} ago"
 
 
-def take_now(plan: Plan, door: Door, url: str, process: Options, endpoint: Endpoint | None, max_age: float) -> str:
+def take_now(plan: Plan, door: Door, url: str, process: Options, reach: Callable[[], Endpoint] | None,
+             max_age: float) -> str:
     """--take-post-mortem (a Kubernetes preStop hook, the Docker restarter): a post-mortem now, but only of a
     proven hang: the check's last verdict restartable, CRITICAL, and fresh. Any other stop (a rollout, a scale
     down, an operator's restart) collects nothing."""
@@ -151,4 +155,4 @@ def take_now(plan: Plan, door: Door, url: str, process: Options, endpoint: Endpo
     if not 0 <= age <= max_age:
         return f"no post-mortem: the check's verdict {last.word!r} is {age:.0f} s old (--max-verdict-age {max_age:g})"
     why = f"--take-post-mortem: verdict {last.word!r} ({last.text})"
-    return take(plan, door, url, process, endpoint, evidence(url, door, {}, why, []))
+    return take(plan, door, url, process, reach, evidence(url, door, {}, why, []))

@@ -156,3 +156,16 @@ def test_take_post_mortem_collects_only_a_proven_hang(server, tmp_path):
     # and the restart service's line names it
     status = run_script("check_vllm_restart", "--status", "--url", sim.url, "--state-dir", str(state))
     assert f"; last post-mortem {bundle}, " in status.out, status.out
+
+
+def test_a_bad_key_file_costs_the_page_not_the_post_mortem_nor_the_restart(server, tmp_path):
+    """The connection is made only when the page is read, in the collection: an empty key file is that step's
+    outcome; the rest is taken and the restart runs."""
+    sim, pid_file = server
+    plant_stuck(tmp_path / "state", sim.url)
+    key = tmp_path / "key"
+    key.write_text("\n")
+    out = restart(tmp_path, sim.url, "--pid-file", str(pid_file), "--api-key-file", str(key))
+    assert out.code == 0 and ": restarted:" in out.out, out.out + out.err
+    steps = dict((s["step"], s["outcome"]) for s in json.loads((bundle_of(out) / "collection.json").read_text())["steps"])
+    assert steps["metrics"].startswith("failed: UsageError: ") and "is empty" in steps["metrics"], steps
