@@ -21,6 +21,10 @@ NVIDIA_CAP = 8.0
 #: gdb's words for an attach that did not happen (another tracer holds a thread: a debugger, strace; no
 #: CAP_SYS_PTRACE): it still exits 0.
 GDB_FAILED = ("ptrace: Operation not permitted", "No threads.", "already traced by")
+#: py-spy's --nonblocking reads a running process's memory while it changes: a frame freed under the read
+#: fails the whole dump ("Failed to get stack traces ... Bad address"), and the next read usually succeeds.
+PY_SPY_RACE = ("Failed to get stack traces",)
+PY_SPY_TRIES = 3
 
 #: Phases: before the /metrics page is waited for (nothing stopped), after it, and only with time to spare.
 FIRST, AFTER_METRICS, SPARE = 0, 1, 2
@@ -38,6 +42,10 @@ class Dump:
     why_not: str = ""
     #: What in its output means it failed although it exited 0 (gdb -batch does when it cannot attach).
     fails_on: tuple[str, ...] = ()
+    #: What in a failed run's output means a racy read worth another try, and how many runs in all it gets
+    #: (each within the step's own time).
+    retry_on: tuple[str, ...] = ()
+    tries: int = 1
 
 
 def _named(p: Proc) -> str:
@@ -50,7 +58,10 @@ def py_spy(tool: str | None, p: Proc, native: bool = False) -> Dump:
     file = f"py-spy{'-native' if native else ''}-{p.pid}.txt"
     if tool is None:
         return Dump(step, file, None, PY_SPY_CAP, FIRST, f"py-spy not installed: {INSTALL['py-spy']}")
-    return Dump(step, file, (tool, "dump", "--pid", str(p.pid), flag), PY_SPY_CAP, SPARE if native else FIRST)
+    argv = (tool, "dump", "--pid", str(p.pid), flag)
+    if native:
+        return Dump(step, file, argv, PY_SPY_CAP, SPARE)
+    return Dump(step, file, argv, PY_SPY_CAP, FIRST, retry_on=PY_SPY_RACE, tries=PY_SPY_TRIES)
 
 
 def gdb(tool: str | None, p: Proc) -> Dump:

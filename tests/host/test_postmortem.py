@@ -176,6 +176,38 @@ def test_dumpers_and_a_page_that_never_return_cost_no_more_than_the_budget(tmp_p
     assert len(pids) >= 4 and all(gone(p) for p in pids), "every hung dumper's whole group was killed"
 
 
+def flaky_py_spy(where: Path, real: str, failures: int, said: str) -> str:
+    """A py-spy that fails its first `failures` runs saying `said` (py-spy's own words when its --nonblocking
+    read races the process), then is the real one; each run is counted in py-spy.runs."""
+    path, runs = where / "py-spy", where / "py-spy.runs"
+    path.write_text(f"#!/bin/sh\necho run >> {runs}\n"
+                    f"if [ $(wc -l < {runs}) -le {failures} ]; then echo '{said}'; exit 1; fi\n"
+                    f'exec {real} "$@"\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+RACE = "Error: Failed to get stack traces\n2: Bad address (os error 14)\n3: Bad address (os error 14)"
+
+
+def test_a_py_spy_read_that_races_the_running_process_is_run_again_and_another_failure_is_not(
+        tmp_path: Path, spawn):
+    python = spawn(sys.executable, "-c", LOOPER, ready=True)
+    real = tools()
+    racy, refused = tmp_path / "racy", tmp_path / "refused"
+    racy.mkdir(), refused.mkdir()
+    raced = collect(tmp_path / "pm", [python.pid], None, EVIDENCE,
+                    tools=Tools(flaky_py_spy(racy, str(real.py_spy), 2, RACE), None, None))
+    said = outcome(raced, f"py-spy {python.pid}")
+    assert said.startswith("ok in ") and "(run 3 of 3: " in said, raced.steps
+    assert "stuck_in_a_known_function" in text(raced, f"py-spy-{python.pid}.txt")
+    other = collect(tmp_path / "pm2", [python.pid], None, EVIDENCE,
+                    tools=Tools(flaky_py_spy(refused, str(real.py_spy), 5, "Error: Permission Denied"), None, None))
+    said = outcome(other, f"py-spy {python.pid}")
+    assert said.startswith("failed (exit 1)") and "run " not in said, other.steps
+    assert len((refused / "py-spy.runs").read_text().split()) == 2, "the first --nonblocking and --native: once each"
+
+
 def test_a_missing_dumper_is_said_and_the_rest_goes_on(tmp_path: Path, spawn):
     python = spawn(sys.executable, "-c", LOOPER, ready=True)
     native = spawn("sleep", "300")
