@@ -22,6 +22,9 @@ from check_vllm.server.fetch_errors import FetchError, failed, unsent
 from check_vllm.server.watchdog import Watchdog
 
 DEFAULT_MAX_BYTES = 8 << 20  # a real /metrics page is ~55 KB; 8 data-parallel engines ~0.5 MB
+#: httpx's defaults that say what HTTP/1.1 already means (any type; a persistent connection): 37 bytes of every
+#: request, ~2 % of a steady-state run's bytes on the wire, kept off it.
+UNSENT_HEADERS = ("Accept", "Connection")
 
 
 class Response(NamedTuple):
@@ -73,10 +76,13 @@ class Endpoint(NamedTuple):
             verify = True
         else:  # plain http needs no CA bundle (loading one is most of a client's start-up); a redirect
             verify = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # to https meets no trusted CA: it fails closed
-        return httpx.Client(
+        client = httpx.Client(
             verify=verify, trust_env=False, follow_redirects=True, max_redirects=3,
             headers={"User-Agent": "check_vllm", "Accept-Encoding": "gzip, identity"},
         )
+        for default in UNSENT_HEADERS:
+            del client.headers[default]
+        return client
 
 
 def _decoded(resp: httpx.Response, where: str, cap: int) -> Iterator[bytes]:

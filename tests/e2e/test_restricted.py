@@ -145,7 +145,10 @@ def test_the_query_reaches_the_server_as_written(run_check):
                 assert run_check("-u", srv.url, *FAST).word == "busy"
                 time.sleep(0.35)
             assert paths(srv) == [MOUNT] * 3
+            sent = [sorted(name.lower() for name in seen.headers) for seen in srv.seen]
     assert targets == [api.RESTRICTED] * 3
+    # nothing HTTP/1.1 already means (httpx's Accept: */*, Connection: keep-alive): bytes of every run
+    assert sent == [["accept-encoding", "host", "user-agent"]] * 3, sent
 
 
 # --------------------------------------------------------------------------- the fallback
