@@ -35,6 +35,7 @@ class Exchange(Protocol):
     command: str
     last_status: int | None
     close_connection: bool
+    headers: Message
 
     @property
     def _sim(self) -> Served: ...

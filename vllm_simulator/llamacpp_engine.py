@@ -51,6 +51,8 @@ class LlamacppOptions:
     n_ctx: int = 2048  # per slot: the recorded server's n_ctx_slot
     models: tuple[str, ...] = ()
     unloaded: tuple[str, ...] = ()
+    #: --api-key: every route but the public ones answers 401 without it (tools/server/server-http.cpp).
+    api_key: str | None = None
 
 
 @dataclass

@@ -40,10 +40,23 @@ def is_inference(method: str, path: str) -> bool:
     return (method, path) in INFERENCE
 
 
+#: The routes llama-server answers without its --api-key (server-http.cpp public_endpoints); the rest answer 401.
+PUBLIC: Final = frozenset({"/health", "/v1/health", "/models", "/v1/models", "/api/tags"})
+INVALID_KEY: Final = {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}
+
+
+def _key_given(ex: Exchange, key: str) -> bool:
+    """The request carries the key as llama-server takes it: `Authorization: Bearer KEY` or `X-Api-Key: KEY`."""
+    return ex.headers.get("Authorization") == f"Bearer {key}" or ex.headers.get("X-Api-Key") == key
+
+
 def dispatch(ex: Exchange, server: LlamacppServer, target: SplitResult, body: bytes, index: int = 0) -> None:
     """Answer one request as llama-server would; ``index``: the engine that is this server (a router's child)."""
     path = target.path
-    if (ex.command, path) not in KNOWN:
+    key = server.options.api_key
+    if key and path not in PUBLIC and not _key_given(ex, key):
+        _json(ex, 401, INVALID_KEY)
+    elif (ex.command, path) not in KNOWN:
         ex.close_connection = True
         ex._send(404, api.NOT_FOUND, JSON)
     elif path == "/health":

@@ -20,10 +20,19 @@ NOT_IMPLEMENTED = 501
 _LOOKED = 2000
 
 
-def not_a_page(status: int, body: str, named: Engine | None) -> tuple[Failure, bool] | None:
-    """The Failure an answer other than 200 is, and whether another URL might do better; None for a 200."""
+#: What an engine that guards /metrics with its API key answers without the right one (llama-server --api-key:
+#: 401 "Invalid API Key"; a proxy's auth: 401 or 403).
+KEY_ASKED = (401, 403)
+
+
+def not_a_page(status: int, body: str, named: Engine | None, keyed: bool = False) -> tuple[Failure, bool] | None:
+    """The Failure an answer other than 200 is, and whether another URL might do better; None for a 200.
+    `keyed`: the request carried an API key (a 401 then says it was refused, else that one is needed)."""
     if status == 200:
         return None
+    if status in KEY_ASKED:  # the server guards its page: never "metrics off"
+        said = "the API key was refused" if keyed else "the server needs an API key (--api-key-file)"
+        return Failure(NO_METRICS, f"/metrics answered HTTP {status}: {said}", status=status), False
     held = holding(status, body)
     if held is not None:
         return held, False

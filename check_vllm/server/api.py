@@ -120,7 +120,7 @@ def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float, n
         if err.kind in ("too large", "redirect", "encoding"):  # the page is not where we were told: no metrics
             return Failure(NO_METRICS, detail), True, False
         return Failure(UNRESPONSIVE, detail), True, False
-    answer = answers.not_a_page(resp.status, resp.text(), named)
+    answer = answers.not_a_page(resp.status, resp.text(), named, keyed=bool(endpoint.api_key))
     if answer is not None:
         return answer[0], answer[1], False
     try:
@@ -135,7 +135,7 @@ def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float, n
 def first_model(client: httpx.Client, endpoint: Endpoint, timeout: float) -> str | None:
     """The first model id /v1/models lists, as listed (the probe asks for it: a cut or folded id is a 404;
     whoever shows it cleans it). Raises FetchError when the endpoint does not answer."""
-    resp = request(client, endpoint, "GET", "/v1/models", timeout, auth=True)
+    resp = request(client, endpoint, "GET", "/v1/models", timeout)
     if resp.status != 200:
         raise FetchError("status", f"/v1/models answered HTTP {resp.status}", resp.status)
     doc = resp.json()
@@ -182,8 +182,7 @@ def complete(client: httpx.Client, endpoint: Endpoint, model: str, timeout: floa
     """
     body = {"model": model, "prompt": PROBE_PROMPT, "max_tokens": 1, "temperature": 0, "stream": False}
     try:
-        resp = request(client, endpoint, "POST", f"/v1/completions{query and '?' + query}", timeout, body=body,
-                       auth=True)
+        resp = request(client, endpoint, "POST", f"/v1/completions{query and '?' + query}", timeout, body=body)
     except FetchError as err:
         # nothing listens: down; unreachable from here (DNS, TLS) right after /metrics answered: proves nothing
         # a request this host could not send, or a peer that does not speak HTTP: proves nothing either

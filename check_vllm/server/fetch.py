@@ -118,12 +118,14 @@ def _decoded(resp: httpx.Response, where: str, cap: int) -> Iterator[bytes]:
 
 def request(
     client: httpx.Client, endpoint: Endpoint, method: str, path: str, timeout: float,
-    body: dict[str, Any] | None = None, auth: bool = False,
+    body: dict[str, Any] | None = None,
 ) -> Response:
-    """One request with a deadline for the whole exchange, headers and body included, and a size cap."""
+    """One request with a deadline for the whole exchange, headers and body included, and a size cap. Every
+    request carries the key when there is one: llama-server with --api-key guards every route but its health and
+    model list, /metrics included (tools/server/server-http.cpp public_endpoints)."""
     url = endpoint.url.rstrip("/") + path
     headers = {}
-    if auth and endpoint.api_key:
+    if endpoint.api_key:
         headers["Authorization"] = f"Bearer {endpoint.api_key}"
     content = json.dumps(body).encode() if body is not None else None
     if content is not None:

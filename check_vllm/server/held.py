@@ -34,7 +34,7 @@ def checkpoint(client: httpx.Client, endpoint: Endpoint, route: str, timeout: fl
     """GET /checkpoint/status (vLLM >= 0.34, with --enable-sleep-mode; vllm/entrypoints/serve/checkpoint/
     api_router.py checkpoint_status): 200 prepared, 500 failed, 503 otherwise, each with {"state", "error"}."""
     try:
-        resp = request(client, endpoint, "GET", route, min(timeout, HEALTH_TIMEOUT), auth=True)
+        resp = request(client, endpoint, "GET", route, min(timeout, HEALTH_TIMEOUT))
     except FetchError:
         return Checkpoint(PAUSE_UNKNOWN)
     if resp.status == 404:
@@ -53,7 +53,7 @@ def faults(client: httpx.Client, endpoint: Endpoint, routes: tuple[str, ...], ti
     vllm/v1/engine/core_client.py get_status); NO_PAUSE_ROUTE when none of `routes` is served."""
     for path in routes:
         try:
-            resp = request(client, endpoint, "GET", path, min(timeout, HEALTH_TIMEOUT), auth=True)
+            resp = request(client, endpoint, "GET", path, min(timeout, HEALTH_TIMEOUT))
         except FetchError:
             return PAUSE_UNKNOWN
         if resp.status == 404:
@@ -75,7 +75,7 @@ def is_paused(client: httpx.Client, endpoint: Endpoint, routes: Routes, timeout:
     while healthy, paused or not) answers 200: an unhealthy server is not paused."""
     timeout = min(timeout, HEALTH_TIMEOUT)
     try:
-        resp = request(client, endpoint, "GET", routes.paused, timeout, auth=True)
+        resp = request(client, endpoint, "GET", routes.paused, timeout)
     except FetchError:
         return PAUSE_UNKNOWN
     if resp.status == 404:
@@ -95,7 +95,7 @@ def _healthy(client: httpx.Client, endpoint: Endpoint, route: str, timeout: floa
     if not route:
         return False
     try:
-        return request(client, endpoint, "GET", route, timeout, auth=True).status == 200
+        return request(client, endpoint, "GET", route, timeout).status == 200
     except FetchError:
         return False
 
@@ -104,7 +104,7 @@ def asleep(client: httpx.Client, endpoint: Endpoint, route: str, timeout: float)
     """What GET `route` (llama.cpp's /props, answered from a cache while asleep: no task, so it wakes nothing
     and resets no idle timer) says of `is_sleeping`; None when it says nothing."""
     try:
-        resp = request(client, endpoint, "GET", route, min(timeout, HEALTH_TIMEOUT), auth=True)
+        resp = request(client, endpoint, "GET", route, min(timeout, HEALTH_TIMEOUT))
     except FetchError:
         return None
     doc = resp.json() if resp.status == 200 else None

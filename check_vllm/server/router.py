@@ -107,8 +107,7 @@ def _listing(calls: Caller, row: Engine, said: str) -> Listed | Failure:
     route = row.routes.router.models
     calls.doing(f"GET {route}")
     try:
-        resp = request(calls.client, calls.endpoint, "GET", route, calls.left(calls.options.metrics_timeout),
-                       auth=True)
+        resp = request(calls.client, calls.endpoint, "GET", route, calls.left(calls.options.metrics_timeout))
     except FetchError:
         return calls.liveness(NO_METRICS, said)._replace(engine=row.key)  # it tells down from silent
     got = listed(resp.json(), row) if resp.status == 200 else None

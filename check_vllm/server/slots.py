@@ -20,7 +20,7 @@ _MOVING = ("id", "id_task", "is_processing", "n_prompt_tokens_processed")
 def mark(client: httpx.Client, endpoint: Endpoint, route: str, timeout: float) -> float | None:
     """A number that changes whenever any slot makes a step (a CRC of what moves), or None."""
     try:
-        resp = request(client, endpoint, "GET", route, timeout, auth=True)
+        resp = request(client, endpoint, "GET", route, timeout)
     except FetchError:
         return None
     doc = resp.json() if resp.status == 200 else None
