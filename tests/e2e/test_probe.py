@@ -49,11 +49,13 @@ def test_stalling_passes_liveness_fails_readiness_and_stuck_fails_liveness(sim: 
     assert run_check(*args).word == "busy"  # the freeze's first reading still moved
     time.sleep(pause)
     live = run_check("--probe", "liveness", *args)
-    ready = run_check("--probe", "readiness", *args)  # within --min-gap: the same verdict, repeated
+    # within --min-gap it repeats the same verdict; on a slow machine it may come later and read the freeze's
+    # proof: readiness fails on either (from the first sign), so the clock decides nothing here
+    ready = run_check("--probe", "readiness", *args)
     start = run_check("--probe", "startup", *args)  # it was read: it has served
     assert (live.code, ready.code, start.code) == (PASS, FAIL, PASS), (live.out, ready.out, start.out)
     assert re.fullmatch(r"liveness pass in spite of: WARNING stalling: .+", one_line(live)), live.out
-    assert re.fullmatch(r"readiness fail: WARNING stalling: .+", one_line(ready)), ready.out
+    assert re.fullmatch(r"readiness fail: (WARNING stalling|CRITICAL stuck): .+", one_line(ready)), ready.out
     time.sleep(pause)
     live = run_check("--probe", "liveness", *args)
     assert live.code == FAIL, live.out
