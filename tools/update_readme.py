@@ -205,6 +205,7 @@ def probes() -> str:
         if kind != STARTUP:
             return "**fail**"
         unless = [why for why, more in (("/metrics was read this run", {"reading": True}),
+                                        ("its model list answered (it has loaded)", {"loaded": True}),
                                         ("the state file says it served before", {"served_before": True}))
                   if answer(kind, seen._replace(**more)).passed]
         return f"fail; pass if {' or '.join(unless)}" if unless else "fail"

@@ -32,6 +32,9 @@ class Verdict(NamedTuple):
     #: Whose server it is, where a run without a reading could tell (an answer naming its engine's flag, the
     #: host's process): a key of check_vllm.contract.engines.BY_KEY; None: the reading or the memory says.
     engine: str | None = None
+    #: The server answered its own readiness without a reading (its model list named the model): it has loaded,
+    #: whatever its /metrics says (off, guarded): a startup probe's pass.
+    loaded: bool = False
 
     @property
     def summary(self) -> str:

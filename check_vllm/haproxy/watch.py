@@ -81,7 +81,7 @@ class Watch:
             before = self._answer.reply
             self.served = self.served or seen.reading is not None
             told = Seen(verdict.word, verdict.code, verdict.summary, reading=seen.reading is not None,
-                        served_before=self.served)
+                        served_before=self.served, loaded=verdict.loaded)
             self._answer = Latest(reply, verdict.summary, self.mono(), told)
         if reply != before:
             self.say(f"{before.name} -> {reply.name}: {verdict.summary}")

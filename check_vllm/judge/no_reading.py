@@ -201,7 +201,7 @@ def _answered(memory: Memory, failure: Failure, word: str, streaking: bool, sett
     if failure.models == MODELS_OK:
         said = wording.models(failure.model)
         return finish(memory, word, said if word == PROXY else f"{failure.detail}; {said}", None, now,
-                      state=OK if word == PROXY else WARNING)
+                      state=OK if word == PROXY else WARNING)._replace(loaded=True)
     if failure.models == MODELS_ANSWERED or (failure.models is None and word == NO_METRICS):
         return finish(memory, word, failure.detail, None, now, state=WARNING)  # an answer, or nothing asked: no proof
     if streaking:

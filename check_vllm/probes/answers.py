@@ -10,7 +10,9 @@ probe takes the pod out of its Service, a startup probe holds the other two back
 - readiness fails from the first sign: whatever the rotation table (check_vllm.contract.rotation) drains,
   fails or marks down. What it abstains on, and every fault of ours, passes: capacity is never taken out on
   the monitor's own fault.
-- startup passes once the server has served: a /metrics reading this run, or a verdict that it serves. When
+- startup passes once the server has served: a /metrics reading this run, or a verdict that it serves, or its
+  own model list naming the model where /metrics cannot be read (llama.cpp without --metrics, SGLang without
+  --enable-metrics, a key the page refuses: for ever `no metrics`, which must not fail startup for ever). When
   the check itself faulted it cannot tell, and neither answer is safe (fail may restart a loaded server once
   its failureThreshold is spent, pass hands a loading one to liveness early); it passes only when the state
   file says the server served before, else fails. Liveness then passes on a loading server anyway
@@ -65,6 +67,8 @@ class Seen(NamedTuple):
     reading: bool = False
     #: The state file kept a reading from an earlier run: the server served before.
     served_before: bool = False
+    #: The server answered its own readiness this run without a reading (its model list; Verdict.loaded).
+    loaded: bool = False
 
 
 class Answer(NamedTuple):
@@ -128,6 +132,8 @@ def served(seen: Seen) -> bool:
 def startup(seen: Seen) -> Answer:
     if served(seen):
         return Answer(STARTUP, True, said(seen), in_spite=_ours(seen))
+    if seen.loaded and seen.word == vocab.NO_METRICS and not _ours(seen):  # its model list says it has loaded
+        return Answer(STARTUP, True, f"{said(seen)} (it lists its model: loaded)", in_spite=True)
     if _ours(seen) and seen.served_before:
         return Answer(STARTUP, True, f"{said(seen)} (it served before)", in_spite=True)
     if _ours(seen):

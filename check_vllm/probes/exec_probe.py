@@ -44,7 +44,8 @@ def answer_run(kind: str, run: object, held: Door | None = None) -> Answer:
             f"internal error: {error.__class__.__name__}: {error}"
         return answer(kind, Seen(fault=why, served_before=outcome.served_before))
     seen = Seen(verdict.word, verdict.code, verdict.summary,
-                fault=outcome.unsaved, reading=bool(verdict.engines), served_before=outcome.served_before)
+                fault=outcome.unsaved, reading=bool(verdict.engines), served_before=outcome.served_before,
+                loaded=verdict.loaded)
     return answer(kind, seen)
 
 

@@ -56,3 +56,18 @@ def test_a_wrong_key_is_said_refused(guarded, run_check, tmp_path):
     r = run_check("-u", guarded.url, *FAST, "--api-key-file", key_file(tmp_path, "sk-wrong-key-9999"))
     assert r.code == WARNING and "/metrics answered HTTP 401: the API key was refused" in r.first, r.out
     assert "sk-wrong-key-9999" not in r.out
+
+
+def test_the_shipped_startup_probe_passes_llamacpp_without_metrics(run_check):
+    """llama.cpp's default (no --metrics): `no metrics` for ever, which the shipped startup probe failed for ever
+    (the kubelet then kills a healthy server every failureThreshold x periodSeconds). Its model list says it has
+    loaded: startup passes; liveness passes; the check itself still warns."""
+    sim = Simulator(port=0, flavour="llamacpp", scenario="idle", llamacpp=LlamacppOptions(metrics=False)).start()
+    try:
+        start = run_check("--probe", "startup", "-u", sim.url, *FAST)
+        assert start.code == 0 and start.first.startswith("startup pass in spite of: WARNING no metrics: "), start.out
+        assert start.first.endswith("(it lists its model: loaded)"), start.out
+        assert run_check("--probe", "liveness", "-u", sim.url, *FAST).code == 0
+        assert run_check("-u", sim.url, *FAST).code == WARNING
+    finally:
+        sim.stop()

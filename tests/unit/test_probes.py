@@ -154,3 +154,13 @@ def test_startup_never_reuses_a_verdict_it_may_be_of_the_process_before():
     assert probes.reused(STARTUP, seen(vocab.BUSY, OK), 0.0, 5.0) is None
     assert probes.reused(LIVENESS, seen(vocab.BUSY, OK), 0.0, 0.0) is not None  # 0 s old, within 0 s
     assert probes.reused(LIVENESS, Seen(), 0.0, 5.0) is None  # no verdict
+
+
+def test_startup_passes_a_server_that_lists_its_model_without_a_reading():
+    """llama.cpp without --metrics, SGLang without --enable-metrics, a page the key cannot open: `no metrics` for
+    ever, the model list answering. Startup passes (and says why); without the model list it still fails."""
+    said = "no metrics: /metrics answered HTTP 501 (llama.cpp serves it only with --metrics); model tiny listed"
+    a = answer(STARTUP, Seen(vocab.NO_METRICS, WARNING, said, loaded=True))
+    assert a.passed and a.line() == f"startup pass in spite of: WARNING {said} (it lists its model: loaded)"
+    assert not answer(STARTUP, Seen(vocab.NO_METRICS, WARNING, said)).passed
+    assert not answer(STARTUP, Seen(vocab.NO_METRICS, WARNING, said, fault="state not saved", loaded=True)).passed
