@@ -31,8 +31,8 @@ def not_a_page(status: int, body: str, named: Engine | None, keyed: bool = False
     if status == 200:
         return None
     if status in KEY_ASKED:  # the server guards its page: never "metrics off"
-        said = "the API key was refused" if keyed else "the server needs an API key (--api-key-file)"
-        return Failure(NO_METRICS, f"/metrics answered HTTP {status}: {said}", status=status), False
+        why = "the API key was refused" if keyed else "the server needs an API key (--api-key-file)"
+        return Failure(NO_METRICS, f"/metrics answered HTTP {status}: {why}", status=status), False
     held = holding(status, body)
     if held is not None:
         return held, False
