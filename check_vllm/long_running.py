@@ -37,8 +37,13 @@ class Observer:
 
     def __init__(self, client: httpx.Client, endpoint: Endpoint, settings: Settings, options: Options,
                  probe_every: float, *, now: Callable[[], Instant] = clock.now,
-                 mono: Callable[[], float] = time.monotonic) -> None:
+                 mono: Callable[[], float] = time.monotonic,
+                 fresh: Callable[[], tuple[Endpoint, str]] | None = None,
+                 say: Callable[[str], None] = lambda _: None) -> None:
+        """`fresh`: the connection now and what changed (check_vllm.cli.connection.Rotating), asked before each
+        observation; a changed one gets a client of its own (a new CA is a new TLS context)."""
         self.client, self.endpoint, self.settings, self.options = client, endpoint, settings, options
+        self.fresh, self.say = fresh, say
         self.probe_every, self.now, self.mono = probe_every, now, mono
         self.memory = Memory()
         self.last_probe: float | None = None
@@ -54,10 +59,21 @@ class Observer:
 
     def observe(self) -> Observation:
         """One observation (a GET /metrics; the probe only when idle and due); the memory carried on."""
+        if self.fresh is not None:
+            self._rotate(self.fresh)
         seen = observe(self.client, self.endpoint, self.memory, self.settings, self.options, now=self.now,
                        may_probe=self.may_probe)
         self.memory = seen.verdict.memory
         return seen
+
+
+    def _rotate(self, fresh: Callable[[], tuple[Endpoint, str]]) -> None:
+        endpoint, said = fresh()
+        if said:
+            self.say(said)
+        if endpoint is not self.endpoint:
+            old, self.client, self.endpoint = self.client, endpoint.client(), endpoint
+            old.close()
 
 
 def next_slot(now: float, every: float) -> float:

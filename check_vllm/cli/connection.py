@@ -123,3 +123,41 @@ def endpoint_from(values: Any, front: str, spell: Spell = as_flag) -> Endpoint:
     timeout = values.timeout if front in BY_FLAG["--timeout"].fronts else CONNECT_TIMEOUT
     return Endpoint(values.url, api_key=read_api_key(getattr(values, "api_key_file", None), spell), ca_file=ca_file,
                     insecure=bool(getattr(values, "insecure", False)), connect_timeout=min(timeout, CONNECT_TIMEOUT))
+
+
+def _stamp(path: str | None) -> tuple[int, int, int] | None:
+    """What says a file changed: its inode (a rename over it), size and mtime; None when absent or not given."""
+    if not path:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class Rotating:
+    """The connection of a front end that runs for days (the HAProxy agent, the Netdata job, the probe
+    listener): its key and CA files read again when they change, on the same rules as the check's every run, so
+    a routine rotation does not leave it refused (401) and blind to a hang for as long as it runs. A new file
+    that cannot be used is said, and the connection before it kept."""
+
+    def __init__(self, values: Any, front: str, spell: Spell = as_flag, endpoint: Endpoint | None = None) -> None:
+        self.values, self.front, self.spell = values, front, spell
+        self.endpoint = endpoint or endpoint_from(values, front, spell)
+        self.stamps = self._stamps()
+
+    def _stamps(self) -> tuple[tuple[int, int, int] | None, ...]:
+        return tuple(_stamp(getattr(self.values, name, None)) for name in ("api_key_file", "ca_file"))
+
+    def fresh(self) -> tuple[Endpoint, str]:
+        """The connection now, and what changed ("": nothing)."""
+        stamps = self._stamps()
+        if stamps == self.stamps:
+            return self.endpoint, ""
+        self.stamps = stamps
+        try:
+            self.endpoint = endpoint_from(self.values, self.front, self.spell)
+        except UsageError as err:
+            return self.endpoint, f"{err}: the connection before it is kept"
+        return self.endpoint, "the API key or CA file changed: read again"

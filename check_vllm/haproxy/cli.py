@@ -77,7 +77,7 @@ def _fail(code: int, message: str) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    from check_vllm.cli.connection import endpoint_from
+    from check_vllm.cli.connection import Rotating
     from check_vllm.cli.peers import parse_allow
 
     from .listen import AgentServer, parse_listen
@@ -87,14 +87,15 @@ def main(argv: list[str] | None = None) -> NoReturn:
         args = parser().parse_args(argv)
         check_url(args.url)
         address = parse_listen(args.listen, int(DEFAULT_LISTEN.rsplit(":", 1)[1]))
-        endpoint = endpoint_from(args, AGENT)
+        rotating = Rotating(args, AGENT)
         allow = [net for text in args.allow or () for net in parse_allow(text)]
         probe_address = host_port(args.probe_listen, AGENT_PORT, "--probe-listen") if args.probe_listen else None
     except (UsageError, ValueError) as err:
         _fail(2, f"usage: {err} (see --help)")
     settings = option_table.settings_from(args, AGENT, min_gap=min(SETTINGS.min_gap, 0.5 * args.interval))
     observation = option_table.options_from(args, AGENT, reread=False)
-    watch = Watch(endpoint, settings, observation, args.interval, args.idle_completion_every, say=say)
+    watch = Watch(rotating.endpoint, settings, observation, args.interval, args.idle_completion_every, say=say,
+                  fresh=rotating.fresh)
     try:
         server = AgentServer(address, lambda: watch.answer().line(), allow)
     except OSError as err:
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     for each in servers:
         threading.Thread(target=each.serve_forever, kwargs={"poll_interval": 0.5}, name="listen", daemon=True).start()
     peers = ", ".join(map(str, allow)) if allow else "any peer that reaches it (no --allow)"
-    say(f"listening on {args.listen} for {endpoint.shown}, a reading every {args.interval:g} s; answering {peers}")
+    say(f"listening on {args.listen} for {rotating.endpoint.shown}, a reading every {args.interval:g} s; answering {peers}")
     while not stop.wait(3600):
         pass
     for each in servers:

@@ -50,6 +50,7 @@ class Watch:
 
     def __init__(self, endpoint: Endpoint, settings: Settings, options: Options, every: float, probe_every: float,
                  *, say: Callable[[str], None], client: httpx.Client | None = None,
+                 fresh: Callable[[], tuple[Endpoint, str]] | None = None,
                  mono: Callable[[], float] = time.monotonic, wall: Callable[[], float] | None = None) -> None:
         """`wall` (with `mono`) is a test's clock; without it the host's (check_vllm.long_running)."""
         self.endpoint, self.settings, self.options = endpoint, settings, options
@@ -57,7 +58,8 @@ class Watch:
         self.client = client or endpoint.client()
         self.mono = mono
         now = clock.now if wall is None else given_clock(wall, mono)
-        self.observer = Observer(self.client, endpoint, settings, options, probe_every, now=now, mono=mono)
+        self.observer = Observer(self.client, endpoint, settings, options, probe_every, now=now, mono=mono,
+                                 fresh=fresh if client is None else None, say=say)  # a given client stays
         self.lock = threading.Lock()
         self._answer = Latest(NO_VERDICT, "no verdict yet: the agent is starting", mono())
         #: Set once the first judgement is done (or failed): the first connections wait a moment for it.

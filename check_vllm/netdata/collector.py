@@ -23,7 +23,7 @@ from typing import TextIO
 import httpx
 
 from check_vllm.cli import option_table
-from check_vllm.cli.connection import as_key, endpoint_from
+from check_vllm.cli.connection import Rotating, as_key
 from check_vllm.cli.option_table import NETDATA
 from check_vllm.contract.defaults import SETTINGS
 from check_vllm.contract.kept import Memory
@@ -56,7 +56,8 @@ class JobCollector:
     ) -> None:
         """`wall` and `mono` are a test's clocks; without them the host's (check_vllm.long_running)."""
         self.job = job
-        self.endpoint = job.endpoint or endpoint_from(job, NETDATA, as_key)
+        self.rotating = Rotating(job, NETDATA, as_key, job.endpoint)
+        self.endpoint = self.rotating.endpoint
         self.client = client or self.endpoint.client()
         self.mono, self.say = mono or time.monotonic, say
         # A comparison needs a gap; at update_every 1 it must not be longer than the tick itself.
@@ -66,7 +67,7 @@ class JobCollector:
         self.options = option_table.options_from(job, NETDATA, probe=job.completes_when_idle, reread=False)
         now = clock.now if wall is None and mono is None else given_clock(wall or time.time, self.mono)
         self.observer = Observer(self.client, self.endpoint, self.settings, self.options, job.idle_completion_every,
-                                 now=now, mono=self.mono)
+                                 now=now, mono=self.mono, fresh=None if client else self.rotating.fresh, say=say)
         self.engines: tuple[str, ...] = ()  # engines that have their own dimensions (bounded)
         self.model: str | None = None
         self.defined = False
