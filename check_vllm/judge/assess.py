@@ -43,6 +43,7 @@ from check_vllm.judge.compare import (
     allowance,
     comparable,
     continues,
+    families,
     gauges,
     identified,
     lost_signals,
@@ -107,10 +108,14 @@ def _top(words: Mapping[str, str]) -> str:
 # --------------------------------------------------------------------------- the per-engine rule
 
 
-def _standing_word(prior: str | None, cur: EngineReading) -> str:
+def _standing_word(prior: str | None, cur: EngineReading, gained: bool = False) -> str:
     """A comparison that proves nothing (too short a gap, a page missing signals): the stall neither
-    grows nor ends, the engine's last word stands."""
+    grows nor ends, the engine's last word stands; but not a proof of `stuck` where this page carries signals
+    the baseline lacked (`gained`: counters back after a page cut short), which may have moved unseen: the
+    stall stands as `stalling` until a comparison of the same signals proves it again."""
     if cur.work > 0:
+        if gained and prior == STUCK:
+            return STALLING
         return prior if prior in (STALLING, STUCK) else BUSY
     return IDLE if prior in WORKING or prior is None else prior
 
@@ -132,7 +137,7 @@ def _engine(name: str, base: Baseline, cur: EngineReading, memory: Memory, gap: 
     old = memory.stalls.get(name)
     if gap < settings.min_gap or signals_differ(p, cur):
         prior = memory.last.engines.get(name) if memory.last and old else None
-        word = _standing_word(prior, cur)
+        word = _standing_word(prior, cur, gained=not families(cur) <= families(p))
         return word, (old if old and word != BUSY else None)
     streak = extend(old, base.at, now)
     return (STUCK if proven(streak, now, settings) else STALLING), streak
