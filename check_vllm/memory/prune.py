@@ -18,7 +18,7 @@ from pathlib import Path
 from check_vllm.memory.files import MAX_BYTES, read_regular
 from check_vllm.memory.statefile import FORMAT, StateError, open_nofollow
 from check_vllm.memory.strictjson import parse_json
-from check_vllm.memory.target import network_namespace
+from check_vllm.memory.target import KEY_PREFIX, network_namespace
 
 #: Seconds a file of another namespace stays untouched before it is taken for a gone container's.
 STALE = 2 * 86400.0
@@ -30,7 +30,7 @@ def sweep(home: Path, now: float | None = None) -> list[str]:
     """Remove what is stale of gone namespaces in `home` (a runner's own directory); the names removed."""
     mine = network_namespace()
     try:
-        names = sorted(n for n in os.listdir(home) if n.startswith("vllm-") and n.endswith(".json"))
+        names = sorted(n for n in os.listdir(home) if n.startswith(KEY_PREFIX) and n.endswith(".json"))
     except OSError:
         return []
     now = time.time() if now is None else now

@@ -93,9 +93,13 @@ def earlier_keys(url: str, mode: str) -> tuple[str, ...]:
     return (f"{mode} {canonical_url(url)}", legacy_key(url, mode))
 
 
+#: What every file (and a server's post-mortem directory) named by a key starts with.
+KEY_PREFIX = "vllm-"
+
+
 def key_path(state_dir: Path, key: str, suffix: str = ".json") -> Path:
     """The file of one key in the directory this runner keeps its files in (statedir.home)."""
-    return statedir.home(state_dir) / f"vllm-{file_stem(key)}{suffix}"
+    return statedir.home(state_dir) / f"{KEY_PREFIX}{file_stem(key)}{suffix}"
 
 
 def file_stem(key: str) -> str:

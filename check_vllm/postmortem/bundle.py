@@ -13,6 +13,7 @@ import os
 import re
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from check_vllm.memory import statedir
@@ -105,10 +106,15 @@ class Bundle:
         self.parent = parent
         self.left = max(allowance, 0)
         self.files: list[tuple[str, int, bool]] = []  # (name, bytes kept, cut)
+        #: What every file passes through before it is cut and written: its secrets masked (postmortem.mask),
+        #: set by the collection once it knows the server's processes. None: written as given.
+        self.mask: Callable[[bytes], bytes] | None = None
 
     @classmethod
-    def create(cls, where: Path, pid: int, max_bytes: int, now: float | None = None) -> Bundle:
-        parent = home(where)
+    def create(cls, where: Path, pid: int, max_bytes: int, now: float | None = None, server: str = "") -> Bundle:
+        """A new bundle in `where`, in the server's own directory there when `server` names one (its state key's
+        file stem: a host with a server per GPU keeps one root, and each server its own bundles)."""
+        parent = home(home(where) / server) if server else home(where)
         stamp = time.strftime(NAME_FORMAT, time.gmtime(time.time() if now is None else now))
         same = [m for m in map(NAME.match, os.listdir(parent)) if m and m.group(1) == stamp]
         first = max((int(m.group(3) or 0) + 1 for m in same), default=0)
@@ -128,6 +134,8 @@ class Bundle:
         """Write `name` once (never through a link), cut to its share of what is left; "" or how it was cut.
         Only the `last` files (README, collection.json) may take the part kept aside for them."""
         raw = data.encode("utf-8", "replace") if isinstance(data, str) else bytes(data)
+        if self.mask is not None:  # before the cap: a cut never leaves half a secret unmasked
+            raw = self.mask(raw)
         room = self.left if last else int(max(self.left - LAST_WORDS, 0) * FILE_SHARE)
         cut = ""
         if len(raw) > room:

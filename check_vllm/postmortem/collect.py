@@ -91,7 +91,9 @@ def _cut(note: str) -> str:
     return f" ({note})" if note else ""
 
 
-def _processes(bundle: Bundle, family: Sequence[procfs.Proc], asked: Sequence[int]) -> str:
+def _processes(bundle: Bundle, family: Sequence[procfs.Proc], asked: Sequence[int], why_none: str = "") -> str:
+    if not asked:
+        return f"none dumped: {why_none or 'no process named'}"
     if not family:
         return f"none of the processes {list(asked)} is alive"
     note = bundle.write("tree.txt", procfs.tree(family))
@@ -101,7 +103,7 @@ def _processes(bundle: Bundle, family: Sequence[procfs.Proc], asked: Sequence[in
     return f"ok: {len(family)} processes{f', gone: {gone}' if gone else ''}" + _cut(note)
 
 
-def _versions(bundle: Bundle, family: Sequence[procfs.Proc], clock: _Clock) -> str:
+def _versions(bundle: Bundle, family: Sequence[procfs.Proc]) -> str:
     from check_vllm import __version__
 
     lines = [f"check_vllm {__version__}", f"kernel {platform.release()} {platform.machine()}"]
@@ -109,36 +111,53 @@ def _versions(bundle: Bundle, family: Sequence[procfs.Proc], clock: _Clock) -> s
         engine = engine_of(p.argv)
         if p.python:
             lines += [f"pid {p.pid}: {v}" for v in procfs.versions(p)]
-        elif engine is not None and p.exe and clock.left() > 1.0:
-            said = dumpers.run([f"/proc/{p.pid}/exe", "--version"], min(3.0, clock.left() - KILL_TIME))
-            text = said.output.decode("utf-8", "replace").strip() if said.ok else said.outcome
-            lines += [f"pid {p.pid}: {engine.name} {p.exe} --version: " + text.replace("\n", "\n    ")]
+        elif engine is not None and p.exe:  # never run: whoever started the process chose that file
+            lines += [f"pid {p.pid}: {engine.name} {p.exe}: its version is not asked (nothing a server's process "
+                      "names is ever run)"]
     return "ok" + _cut(bundle.write("versions.txt", "\n".join(dict.fromkeys(lines)) + "\n"))
+
+
+def _engine_dumps(bundle: Bundle, family: Sequence[procfs.Proc]) -> str:
+    """The stack dumps the engine wrote itself (vLLM's watchdog files, SGLang's logged py-spy dump)."""
+    from check_vllm.postmortem import engine_dumps
+
+    files, said = engine_dumps.collect(family)
+    cuts = [f"{name} {cut}" for name, data in files if (cut := bundle.write(name, data))]
+    return said + _cut("; ".join(cuts))
 
 
 def _dump(bundle: Bundle, dump: stacks.Dump, clock: _Clock, after: int) -> str:
     """One dumper, with its share of what is left (`after`: the dumps still to run after it)."""
+    from check_vllm.postmortem import attach  # as whom a dumper runs, and its process never left stopped
+
     if dump.argv is None:
         return dump.why_not
-    timeout = min(dump.cap, clock.left() / (after + 1)) - KILL_TIME
+    timeout = min(dump.cap, clock.left() / (after + 1)) - KILL_TIME - (attach.RESUME_TIME if dump.pid else 0.0)
     if timeout < 0.2:
         return "skipped: the budget was spent"
     ran = _run(dump, timeout)
     said = ran.outcome
     if ran.ok and any(w.encode() in ran.output for w in dump.fails_on):
         said = f"failed{ran.outcome.removeprefix('ok')}: {dumpers.why(ran.output, dump.fails_on)}"
+    from check_vllm.postmortem import refusal  # why the kernel refused it, and the setting that allows it
+
+    pid = refusal.pid_of(dump.argv)
+    if not said.startswith("ok") and pid is not None and (refused := refusal.explain(ran.output, pid)):
+        said = f"{said}; {refused}"
     return said + (_cut(bundle.write(dump.file, ran.output)) if ran.output else "")
 
 
 def _run(dump: stacks.Dump, timeout: float) -> dumpers.Ran:
     """Run a dumper, again while it fails with words that mean a racy read and its own time is not spent; the
-    outcome says how many runs it took."""
+    outcome says how many runs it took. Each run as attach.run has it: as whom, and the process resumed."""
+    from check_vllm.postmortem import attach
+
     deadline = time.monotonic() + timeout
-    ran = dumpers.run(list(dump.argv or ()), timeout)
+    ran = attach.run(dump, timeout)
     tries = 1
     while (not ran.ok and tries < dump.tries and any(w.encode() in ran.output for w in dump.retry_on)
            and deadline - time.monotonic() > 0.2):
-        ran = dumpers.run(list(dump.argv or ()), deadline - time.monotonic())
+        ran = attach.run(dump, deadline - time.monotonic())
         tries += 1
     if tries == 1:
         return ran
@@ -182,23 +201,31 @@ def _take(bundle: Bundle, clock: _Clock, family: Sequence[procfs.Proc], page: _P
 
 def collect(where: Path, pids: list[int], url_reader: Reader | None, evidence: Mapping[str, object],
             budget: float = 20.0, keep: int = KEEP, max_bytes: int = MAX_BYTES,
-            tools: Tools | None = None) -> Result:
+            tools: Tools | None = None, server: str = "", secrets: Sequence[str] = ()) -> Result:
     """Take the post-mortem of the server whose processes are `pids` (its API server first) into a new bundle
-    under `where`; return within `budget` seconds whatever the tools or the server do."""
+    under `where` (in the server's own directory there, `server`); return within `budget` seconds whatever the
+    tools or the server do. `max_bytes` caps the whole of `where`, all servers' bundles together. Every file is
+    masked of `secrets` (the check's API key, the URL's password) and of those the processes were given."""
+    from check_vllm.postmortem.mask import Secrets
+
     clock = _Clock(budget)
     try:
-        bundle = Bundle.create(Path(where), pids[0] if pids else os.getpid(), max_bytes)
+        bundle = Bundle.create(Path(where), pids[0] if pids else os.getpid(), max_bytes, server=server)
     except (BundleRefused, OSError) as exc:
         return Result(None, clock.took(), [("bundle", f"not made: {exc}")])
     page = _Page(url_reader)
     steps: list[tuple[str, str]] = []
-    _step(steps, "evidence", lambda: "ok" + _cut(bundle.write_json("evidence.json", dict(evidence))))
     family = procfs.family(pids)
-    _step(steps, "processes", lambda: _processes(bundle, family, pids))
-    _step(steps, "versions", lambda: _versions(bundle, family, clock))
+    bundle.mask = Secrets.of(family, secrets).scrub  # every file, from the first: the bundle may go public
+    _step(steps, "evidence", lambda: "ok" + _cut(bundle.write_json("evidence.json", dict(evidence))))
+    _step(steps, "processes", lambda: _processes(bundle, family, pids, str(evidence.get("no_process") or "")))
+    _step(steps, "versions", lambda: _versions(bundle, family))
+    _step(steps, "engine dumps", lambda: _engine_dumps(bundle, family))
     _take(bundle, clock, family, page, tools or dumpers.find(), steps)
     _finish(bundle, clock, steps, evidence, family)
     retention.prune(bundle.parent, keep, max_bytes)
+    if server:
+        retention.cap(bundle.parent.parent, max_bytes)
     return Result(bundle.path, clock.took(), steps)
 
 

@@ -11,18 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from check_vllm.contract.safe_text import one_line
+from check_vllm.postmortem.mask import masked
 from check_vllm.server import procfs
 
 #: Bounded reads: a file of /proc this long is cut, never read whole.
 SMALL = 64 << 10
-
-#: The words of an option whose value must not leave the host (--api-key, --hf-token, a password), never
-#: --tokenizer or --max-num-batched-tokens.
-SECRET_WORDS = frozenset({"key", "token", "secret", "password", "passwd", "credential", "credentials", "auth"})
-
-
-def _secret(option: str) -> bool:
-    return option.startswith("-") and bool(SECRET_WORDS & set(re.split(r"[-_]+", option.lower())))
 
 
 @dataclass(frozen=True)
@@ -96,22 +89,6 @@ def family(pids: Sequence[int]) -> list[Proc]:
             seen.append(pid)
             todo.extend(sorted(children.get(pid, [])))
     return [p for p in map(proc, seen) if p is not None]
-
-
-def masked(argv: Sequence[str]) -> list[str]:
-    """The command line with the values of secret-looking options replaced by ***."""
-    out: list[str] = []
-    hide = False
-    for arg in argv:
-        name, eq, _ = arg.partition("=")
-        if hide:
-            out.append("***")
-        elif eq and _secret(name):
-            out.append(f"{name}=***")
-        else:
-            out.append(arg)
-        hide = not hide and not eq and _secret(arg)
-    return out
 
 
 def age_text(age: float | None) -> str:

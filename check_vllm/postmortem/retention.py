@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from check_vllm.contract.safe_text import clean
 from check_vllm.memory import statedir
+from check_vllm.memory.target import KEY_PREFIX
 from check_vllm.postmortem.bundle import NAME, NAME_FORMAT
 
 #: collection.json is ours, and small; a bigger one was not written by the collector.
@@ -77,6 +78,39 @@ def prune(parent: Path, keep: int, max_bytes: int) -> list[str]:
     for bundle in gone:
         shutil.rmtree(bundle, ignore_errors=True)  # fd-based on Linux: a link planted inside is not followed
     return [b.name for b in gone]
+
+
+def servers(root: Path) -> list[Path]:
+    """The servers' own directories under `root` (named as their state files are), real directories of ours."""
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if entry.name.startswith(KEY_PREFIX) and stat.S_ISDIR(st.st_mode) and statedir.foreign(st, root) is None:
+            found.append(Path(entry.path))
+    return found
+
+
+def cap(root: Path, max_bytes: int) -> list[str]:
+    """Hold every server's bundles under `root` together (and those of an earlier version, kept in `root`
+    itself) to `max_bytes`: the oldest go first, but never a server's newest (its only evidence)."""
+    groups = [bundles(d) for d in servers(root)] + [bundles(root)]
+    sized = [(_order(b.name), b, size(b)) for group in groups for b in group[:-1]]
+    total = sum(size(group[-1]) for group in groups if group) + sum(n for _, _, n in sized)
+    gone = []
+    for _, bundle, n in sorted(sized, key=lambda t: t[0]):
+        if total <= max_bytes:
+            break
+        shutil.rmtree(bundle, ignore_errors=True)
+        total -= n
+        gone.append(bundle.name)
+    return gone
 
 
 def _summary(bundle: Path) -> str:

@@ -32,8 +32,8 @@ FIRST, AFTER_METRICS, SPARE = 0, 1, 2
 
 @dataclass(frozen=True)
 class Dump:
-    """One dumper's run: its step's name, the bundle file it fills, its command (None: the tool is missing,
-    `why_not` says how to get it), its own time-out and phase."""
+    """One dumper's run: its step's name, the bundle file it fills, its command (None: the tool is missing or was
+    not taken, `why_not` says why and how to get it), its own time-out and phase."""
     step: str
     file: str
     argv: tuple[str, ...] | None
@@ -46,40 +46,47 @@ class Dump:
     #: (each within the step's own time).
     retry_on: tuple[str, ...] = ()
     tries: int = 1
+    #: The process it attaches to (None: none, nvidia-smi): run as its user where it can, and never left stopped.
+    pid: int | None = None
+    #: SIGTERM before SIGKILL at its time-out. Not gdb: on SIGTERM it passes a Ctrl-C on, a SIGINT to the process
+    #: it attached (3 of 15 tries mid-attach on 3000 threads), which ends a Python server (KeyboardInterrupt).
+    polite: bool = True
 
 
 def _named(p: Proc) -> str:
     return f"{p.pid} ({p.comm})"
 
 
-def py_spy(tool: str | None, p: Proc, native: bool = False) -> Dump:
+def py_spy(tool: str | None, p: Proc, native: bool = False, skipped: str = "") -> Dump:
+    """`skipped`: why the py-spy found was not taken, said in place of how to install it."""
     flag = "--native" if native else "--nonblocking"
     step = f"py-spy{' --native' if native else ''} {_named(p)}"
     file = f"py-spy{'-native' if native else ''}-{p.pid}.txt"
     if tool is None:
-        return Dump(step, file, None, PY_SPY_CAP, FIRST, f"py-spy not installed: {INSTALL['py-spy']}")
+        return Dump(step, file, None, PY_SPY_CAP, FIRST, skipped or f"py-spy not installed: {INSTALL['py-spy']}")
     argv = (tool, "dump", "--pid", str(p.pid), flag)
     if native:
-        return Dump(step, file, argv, PY_SPY_CAP, SPARE)
-    return Dump(step, file, argv, PY_SPY_CAP, FIRST, retry_on=PY_SPY_RACE, tries=PY_SPY_TRIES)
+        return Dump(step, file, argv, PY_SPY_CAP, SPARE, pid=p.pid)
+    return Dump(step, file, argv, PY_SPY_CAP, FIRST, retry_on=PY_SPY_RACE, tries=PY_SPY_TRIES, pid=p.pid)
 
 
-def gdb(tool: str | None, p: Proc) -> Dump:
+def gdb(tool: str | None, p: Proc, skipped: str = "") -> Dump:
     step, file = f"gdb {_named(p)}", f"gdb-{p.pid}.txt"
     if tool is None:
-        return Dump(step, file, None, GDB_CAP, AFTER_METRICS, f"gdb not installed: {INSTALL['gdb']}")
+        return Dump(step, file, None, GDB_CAP, AFTER_METRICS, skipped or f"gdb not installed: {INSTALL['gdb']}")
     argv = (tool, "-nx", "-batch", "-iex", "set debuginfod enabled off", "-p", str(p.pid),
             "-ex", "set pagination off", "-ex", "info threads", "-ex", "thread apply all bt")
-    return Dump(step, file, argv, GDB_CAP, AFTER_METRICS, fails_on=GDB_FAILED)
+    return Dump(step, file, argv, GDB_CAP, AFTER_METRICS, fails_on=GDB_FAILED, pid=p.pid, polite=False)
 
 
 def plan(procs: Sequence[Proc], tools: Tools) -> list[Dump]:
     """Every dump of the family, in the order they are taken (phase, then the family's order)."""
     alive = [p for p in procs if p.state not in ("Z", "X")]
-    dumps = [py_spy(tools.py_spy, p) if p.python else gdb(tools.gdb, p) for p in alive]
+    dumps = [py_spy(tools.py_spy, p, skipped=tools.why_skipped("py-spy")) if p.python
+             else gdb(tools.gdb, p, tools.why_skipped("gdb")) for p in alive]
     if tools.py_spy is not None:  # a stopped process cannot be suspended: --native would only fail
         dumps += [py_spy(tools.py_spy, p, native=True) for p in alive if p.python and p.state != "T"]
     nvidia = (tools.nvidia_smi, "-q") if tools.nvidia_smi else None
     dumps.append(Dump("nvidia-smi -q", "nvidia-smi.txt", nvidia, NVIDIA_CAP, AFTER_METRICS,
-                      "" if nvidia else "no nvidia-smi on this host"))
+                      "" if nvidia else tools.why_skipped("nvidia-smi") or "no nvidia-smi on this host"))
     return sorted(dumps, key=lambda d: d.phase)

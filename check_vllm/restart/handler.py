@@ -169,7 +169,7 @@ def _reach(config: Config) -> Callable[[], Endpoint] | None:
 def _post_mortem_only(config: Config, now: bool) -> int:
     """--post-mortems (the listing) or --take-post-mortem (one now, of a proven hang only): exit 0, 1 on a fault."""
     if not now:
-        return post_mortem.list_bundles(config.post_mortem.where(config.door()))
+        return post_mortem.list_bundles(config.post_mortem.mine(config.door()))
     with config.door() as door:
         said = post_mortem.take_now(config.post_mortem._replace(enabled=True), door, config.url, config.process,
                                     _reach(config), config.policy.max_verdict_age)
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         try:
             config = configured(args)
             sys.exit(report(event, config.door, lambda seen, door: weigh(config, seen, door).decision,
-                            lambda door: post_mortem.latest(config.post_mortem.where(door))))
+                            lambda door: post_mortem.latest(config.post_mortem.mine(door))))
         except Exception as err:  # noqa: BLE001 - a check has no room for a traceback on stdout
             traceback.print_exc(file=sys.stderr)
             print(f"VLLM_RESTART UNKNOWN - internal error: {err.__class__.__name__}: {err}")

@@ -37,7 +37,17 @@ class Plan(NamedTuple):
     max_bytes: int = MAX_MB << 20
 
     def where(self, door: Door) -> Path:
+        """The root all servers' bundles go in (its byte cap is theirs together)."""
         return self.root or door.state.path.parent / SUBDIR
+
+    def mine(self, door: Door) -> Path:
+        """This server's own bundles' directory: named as its state file is (its state key), so a neighbour's
+        restarts never prune, list or name this server's bundles."""
+        return statedir.home(self.where(door)) / server_name(door)
+
+
+def server_name(door: Door) -> str:
+    return door.state.path.stem
 
 
 def evidence(url: str, door: Door, event: Mapping[str, Any], why: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -57,17 +67,21 @@ def evidence(url: str, door: Door, event: Mapping[str, Any], why: str, entries: 
     }
 
 
-def server_pids(url: str, process: Options) -> tuple[list[int], str]:
-    """The server's API server as the host's witness names it (with its children, added by the collector), and
-    what the witness said when it named none."""
-    from check_vllm.server import host
+def _endpoint(reach: Callable[[], Endpoint] | None) -> Endpoint | None:
+    """The connection, made once before the collection for the key it masks; a bad key or CA file is left to the
+    page's step to say (its reader makes it again)."""
+    try:
+        return reach() if reach is not None else None
+    except Exception:  # noqa: BLE001 - the page step says what is wrong with the files
+        return None
 
-    seen = host.witness(url, process)
-    if seen is None:
-        return [], "the URL's host is not this host: no process to dump here"
-    if seen.process is None:
-        return [], seen.error or "no server process found for the URL's port"
-    return [seen.process.pid], ""
+
+def _secrets(url: str, endpoint: Endpoint | None) -> list[str]:
+    """What the check was given that no bundle may hold: the API key, the URL's password."""
+    from urllib.parse import urlsplit
+
+    given = [endpoint.api_key if endpoint else None, urlsplit(url).password]
+    return [s for s in given if s]
 
 
 def metrics_reader(reach: Callable[[], Endpoint], timeout: float) -> Callable[[], bytes]:
@@ -92,11 +106,15 @@ def take(plan: Plan, door: Door, url: str, process: Options, reach: Callable[[],
     if not plan.enabled:
         return "no post-mortem (--no-post-mortem)"
     from check_vllm.postmortem.collect import collect
+    from check_vllm.postmortem.identity import server
 
-    pids, why_none = server_pids(url, process)
-    reader = metrics_reader(reach, min(5.0, plan.budget / 4)) if reach is not None else None
-    done = collect(plan.where(door), pids, reader, {**evidence_of, "no_process": why_none or None}, plan.budget,
-                   plan.keep, plan.max_bytes)
+    named = server(url, process)
+    endpoint = _endpoint(reach)
+    made = (lambda: endpoint) if endpoint is not None else reach
+    reader = metrics_reader(made, min(5.0, plan.budget / 4)) if made is not None else None
+    proof = {**evidence_of, "processes" if named.pids else "no_process": named.how}
+    done = collect(plan.where(door), named.pids, reader, proof, plan.budget, plan.keep, plan.max_bytes,
+                   server=server_name(door), secrets=_secrets(url, endpoint))
     if done.path is None:
         return f"no post-mortem: {dict(done.steps).get('bundle', 'not made')}"
     short = [f"{step} {outcome.split(':')[0]}" for step, outcome in done.steps if not outcome.startswith("ok")]

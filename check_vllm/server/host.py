@@ -71,7 +71,7 @@ def from_pid_command(command: str) -> Witness:
     return _pid_text(text.rpartition("=")[2] if "=" in text else text, "pid command")
 
 
-def _uid(user: str) -> int | None:
+def uid_of(user: str) -> int | None:
     """A user name or number as a uid; None for no such user."""
     if user.isdigit():
         return int(user)
@@ -92,7 +92,7 @@ def witness(url: str, options: Options, status: int | None = None) -> Witness | 
         return from_pid_command(options.pid_command)
     if not is_local(url):
         return None
-    user = _uid(options.server_user) if options.server_user else None
+    user = uid_of(options.server_user) if options.server_user else None
     if options.server_user and user is None:
         return Witness(error=f"--server-user {clean(options.server_user, 40)}: no such user here")
     return by_command_line(url_port(url), options.server_port, user, status)
@@ -110,7 +110,7 @@ def idle_sleep(url: str, options: Options) -> float | None:
             seen = witness(url, options)
             found = seen.process if seen else None
         elif is_local(url):
-            user = _uid(options.server_user) if options.server_user else None
+            user = uid_of(options.server_user) if options.server_user else None
             if user is not None or not options.server_user:
                 found = server_at(options.server_port or url_port(url), user)
         argv = procfs.cmdline(found.pid) if found else []

@@ -33,7 +33,7 @@ def _runs(row: Engine, argv: Sequence[str]) -> bool:
     """A command line of `row`'s server: its program, `vllm serve ...`, or `python -m` its module (or its file)."""
     if argv and os.path.basename(argv[0]) in row.programs:
         return True
-    return any(os.path.basename(a) in row.serves and argv[i + 1:i + 2] == ["serve"] for i, a in enumerate(argv)) \
+    return any(os.path.basename(a) in row.serves and list(argv[i + 1:i + 2]) == ["serve"] for i, a in enumerate(argv)) \
         or any(a == m or a.endswith("/" + m.replace(".", "/") + ".py") for a in argv for m in row.modules)
 
 

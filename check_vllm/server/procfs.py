@@ -30,10 +30,11 @@ def cmdline(pid: int) -> list[str]:
     return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
 
 
-def _listeners(port: int) -> set[str]:
-    """Socket inodes listening on `port` in this network namespace (/proc/net/tcp, tcp6: state 0A)."""
+def _listeners(port: int, pid: int | str = "self") -> set[str]:
+    """Socket inodes listening on `port` in the network namespace of `pid` (this one's by default: its
+    /proc/PID/net/tcp, tcp6: state 0A)."""
     inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
         try:
             with open(table, encoding="ascii", errors="replace") as fh:
                 rows = [line.split() for line in fh.read(4 << 20).splitlines()[1:]]
@@ -45,7 +46,39 @@ def _listeners(port: int) -> set[str]:
     return inodes
 
 
-def _name(pid: int) -> str:
+def sockets(pid: int) -> set[str]:
+    """The socket inodes process `pid` holds open (none: it holds none, or it is not ours to see)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return set()
+    held = set()
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            held.add(link[8:-1])
+    return held
+
+
+def listening(pid: int, ports: set[int]) -> int | None:
+    """The port among `ports` on which process `pid` itself holds a listening socket, in its own network namespace
+    (a container's too); None when it holds none: the proof that it is the server of that port, which its command
+    line is not (any user can start a program named like a server)."""
+    held = sockets(pid)
+    return next((port for port in sorted(ports) if held & _listeners(port, pid)), None) if held else None
+
+
+def holders(port: int) -> list[int]:
+    """The processes holding a socket listening on `port` in this network namespace (several: a server's workers
+    share its socket)."""
+    inodes = _listeners(port)
+    return [pid for pid in pids() if inodes & sockets(pid)] if inodes else []
+
+
+def name(pid: int) -> str:
     """The program's name as the kernel keeps it (/proc/PID/comm): a command line may be rewritten
     (`nginx: master process ...`), this is not."""
     try:
@@ -66,7 +99,7 @@ def _listener_owner(inodes: set[str], is_vllm: Callable[[Sequence[str]], bool]) 
         for fd in fds:
             try:
                 if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
-                    return "" if is_vllm(cmdline(pid)) else f"{clean(_name(pid), 40)} (pid {pid})"
+                    return "" if is_vllm(cmdline(pid)) else f"{clean(name(pid), 40)} (pid {pid})"
             except OSError:
                 continue
     return "a process this user cannot see"

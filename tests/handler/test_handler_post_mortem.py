@@ -22,7 +22,11 @@ from vllm_simulator import Simulator
 
 #: The "server": a Python process whose main thread spins in a function the dump must name, with a child.
 HUNG = """
-import subprocess, sys, time
+import socket, subprocess, sys, time
+held = socket.socket()
+held.bind(("127.0.0.1", 0))
+held.listen()
+open(sys.argv[1], "w").write(str(held.getsockname()[1]))
 child = subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(0.05)"])
 def engine_core_busy_loop():
     while True:
@@ -35,10 +39,13 @@ engine_core_busy_loop()
 def server(tmp_path: Path) -> Iterator[tuple[Simulator, Path]]:
     """The simulator (its URL and /metrics) and a pid file naming the hung Python process as its server."""
     sim = Simulator(scenario="busy").start()
-    proc = subprocess.Popen([sys.executable, "-c", HUNG], start_new_session=True)
+    port_file = tmp_path / "server.port"
+    proc = subprocess.Popen([sys.executable, "-c", HUNG, str(port_file)], start_new_session=True)
     pid_file = tmp_path / "server.pid"
     pid_file.write_text(f"{proc.pid}\n")
     time.sleep(0.5)  # its child started
+    while not port_file.exists() or not port_file.read_text():
+        time.sleep(0.05)
     try:
         yield sim, pid_file
     finally:
@@ -47,10 +54,16 @@ def server(tmp_path: Path) -> Iterator[tuple[Simulator, Path]]:
         sim.stop()
 
 
-def plant_stuck(state: Path, url: str) -> None:
+def named(pid_file: Path) -> list[str]:
+    """The options naming the hung process: its pid file, and the port it holds (the proof that it is the server:
+    the simulator holds the URL's, like a proxy in front of it)."""
+    return ["--pid-file", str(pid_file), "--server-port", (pid_file.parent / "server.port").read_text()]
+
+
+def plant_stuck(state: Path, url: str, ago: float = 1.0) -> None:
     state.mkdir(exist_ok=True, mode=0o700)
     check_file(state, url, proxy=False).save(
-        {"verdict": {"word": "stuck", "state": 2, "text": "no progress over 2 readings", "at": time.time() - 1,
+        {"verdict": {"word": "stuck", "state": 2, "text": "no progress over 2 readings", "at": time.time() - ago,
                      "engines": {}}})
 
 
@@ -72,10 +85,11 @@ def test_a_restart_is_preceded_by_a_post_mortem_of_the_hang(server, tmp_path):
     sim, pid_file = server
     plant_stuck(tmp_path / "state", sim.url)
     began = time.time()
-    out = restart(tmp_path, sim.url, "--pid-file", str(pid_file))
+    out = restart(tmp_path, sim.url, *named(pid_file))
     assert out.code == 0 and ": restarted: verdict 'stuck'" in out.out, out.out + out.err
     bundle = bundle_of(out)
-    assert bundle.parent.parent == tmp_path / "state" and bundle.parent.name == "post-mortems"
+    door_file = check_file(tmp_path / "state", sim.url, proxy=False).path
+    assert bundle.parent == tmp_path / "state" / "post-mortems" / door_file.stem  # this server's own directory
     assert stat.S_IMODE(bundle.stat().st_mode) == 0o700
     files = {p.name for p in bundle.iterdir()}
     assert {"evidence.json", "metrics.txt", "README.txt", "collection.json", "tree.txt"} <= files, files
@@ -105,11 +119,11 @@ def test_a_restart_is_preceded_by_a_post_mortem_of_the_hang(server, tmp_path):
 def test_no_post_mortem_when_asked_and_none_on_a_path_that_does_not_restart(server, tmp_path):
     sim, pid_file = server
     plant_stuck(tmp_path / "state", sim.url)
-    dry = restart(tmp_path, sim.url, "--pid-file", str(pid_file), "--dry-run")
+    dry = restart(tmp_path, sim.url, *named(pid_file), "--dry-run")
     assert "would restart (--dry-run)" in dry.out and "post-mortem" not in dry.out, dry.out
-    off = restart(tmp_path, sim.url, "--pid-file", str(pid_file), "--no-post-mortem")
+    off = restart(tmp_path, sim.url, *named(pid_file), "--no-post-mortem")
     assert ": restarted:" in off.out and off.out.strip().endswith("; no post-mortem (--no-post-mortem)"), off.out
-    refused = restart(tmp_path, sim.url, "--pid-file", str(pid_file))  # the same verdict, after its restart
+    refused = restart(tmp_path, sim.url, *named(pid_file))  # the same verdict, after its restart
     assert ": no restart:" in refused.out and "post-mortem" not in refused.out, refused.out
     assert not (tmp_path / "state" / "post-mortems").exists()
 
@@ -124,7 +138,7 @@ def test_a_dumper_that_never_returns_delays_the_restart_by_at_most_the_budget(se
         (tools / name).write_text("#!/bin/sh\nexec sleep 3600\n")
         (tools / name).chmod(0o755)
     began = time.monotonic()
-    out = restart(tmp_path, sim.url, "--pid-file", str(pid_file), "--post-mortem-budget", "4",
+    out = restart(tmp_path, sim.url, *named(pid_file), "--post-mortem-budget", "4",
                   env={"PATH": f"{tools}:{os.environ['PATH']}"})
     took = time.monotonic() - began
     assert out.code == 0 and ": restarted:" in out.out, out.out + out.err
@@ -140,8 +154,7 @@ def test_take_post_mortem_collects_only_a_proven_hang(server, tmp_path):
     """A preStop hook runs on every stop: a rollout or a busy server's stop collects nothing; a stuck one does."""
     sim, pid_file = server
     state = tmp_path / "state"
-    take = ("check_vllm_restart", "--take-post-mortem", "--url", sim.url, "--state-dir", str(state), "--pid-file",
-            str(pid_file))
+    take = ("check_vllm_restart", "--take-post-mortem", "--url", sim.url, "--state-dir", str(state), *named(pid_file))
     state.mkdir(mode=0o700)
     check_file(state, sim.url, proxy=False).save(
         {"verdict": {"word": "busy", "state": 0, "text": "3 running", "at": time.time() - 1, "engines": {}}})
@@ -165,7 +178,55 @@ def test_a_bad_key_file_costs_the_page_not_the_post_mortem_nor_the_restart(serve
     plant_stuck(tmp_path / "state", sim.url)
     key = tmp_path / "key"
     key.write_text("\n")
-    out = restart(tmp_path, sim.url, "--pid-file", str(pid_file), "--api-key-file", str(key))
+    out = restart(tmp_path, sim.url, *named(pid_file), "--api-key-file", str(key))
     assert out.code == 0 and ": restarted:" in out.out, out.out + out.err
     steps = dict((s["step"], s["outcome"]) for s in json.loads((bundle_of(out) / "collection.json").read_text())["steps"])
     assert steps["metrics"].startswith("failed: UsageError: ") and "is empty" in steps["metrics"], steps
+
+
+def test_a_stale_pid_file_naming_another_program_dumps_nothing_and_restarts(server, tmp_path):
+    """A pid file left behind whose pid was reused by a program that is not the server (it holds none of its
+    ports): nothing is dumped, the bundle says why, and the restart runs."""
+    sim, pid_file = server
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        stale = tmp_path / "stale.pid"
+        stale.write_text(f"{other.pid}\n")
+        plant_stuck(tmp_path / "state", sim.url)
+        out = restart(tmp_path, sim.url, "--pid-file", str(stale))
+        assert out.code == 0 and ": restarted:" in out.out, out.out + out.err
+        bundle = bundle_of(out)
+        steps = dict((s["step"], s["outcome"]) for s in json.loads((bundle / "collection.json").read_text())["steps"])
+        port = sim.url.rsplit(":", 1)[1]
+        assert steps["processes"] == (f"none dumped: process {other.pid} named by --pid-file holds no listening "
+                                      f"socket on port {port}, nor does a child of it: not dumped (a stale pid file "
+                                      "whose pid was reused, or another program)"), steps
+        assert not [f for f in bundle.iterdir() if f.name.startswith(("py-spy", "gdb", "proc-"))]
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_two_servers_on_one_state_directory_keep_list_and_name_their_own_bundles(server, tmp_path):
+    """A host with a server per GPU and one state directory: a neighbour's restarts never prune this server's
+    bundle, and --post-mortems and --status name only this server's."""
+    sim, pid_file = server
+    neighbour = Simulator(scenario="busy").start()
+    try:
+        plant_stuck(tmp_path / "state", sim.url)
+        mine = bundle_of(restart(tmp_path, sim.url, *named(pid_file)))
+        theirs = []
+        for _ in range(3):
+            plant_stuck(tmp_path / "state", neighbour.url, ago=0.0)  # newer than its last restart
+            out = restart(tmp_path, neighbour.url, "--post-mortem-keep", "1", "--max-per-hour", "10",
+                          "--cooldown", "0")
+            theirs.append(bundle_of(out))
+        assert mine.is_dir() and theirs[-1].is_dir() and not theirs[0].exists(), (mine, theirs)
+        assert mine.parent != theirs[-1].parent
+        state = ("--state-dir", str(tmp_path / "state"))
+        listed = run_script("check_vllm_restart", "--post-mortems", "--url", sim.url, *state).out
+        assert str(mine) in listed and not any(str(b) in listed for b in theirs), listed
+        status = run_script("check_vllm_restart", "--status", "--url", sim.url, *state).out
+        assert f"; last post-mortem {mine}, " in status, status
+    finally:
+        neighbour.stop()

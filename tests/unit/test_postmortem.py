@@ -103,3 +103,12 @@ def test_the_summary_is_the_verdict_and_what_did_not_go_well():
     assert readme.summary({"status": "VLLM CRITICAL - stuck\nforged"}, [], 0.0).startswith(
         "VLLM CRITICAL - stuck forged; 0/0")
     assert readme.summary({}, [], 0.0).startswith("?;")
+
+
+def test_a_command_line_read_as_a_tuple_names_its_engine():
+    """/proc's argv reaches the post-mortem as a tuple (procs.Proc): `vllm serve` is vLLM's there too."""
+    from check_vllm.contract.engines import VLLM
+    from check_vllm.server.processes import engine_of
+
+    assert engine_of(("/opt/venv/bin/vllm", "serve", "m", "--port", "8000")) is VLLM
+    assert engine_of(["/opt/venv/bin/vllm", "serve", "m"]) is VLLM
