@@ -15,17 +15,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from check_vllm.postmortem import dumpers, readme, retention, stacks
+from check_vllm.postmortem import dumpers, readme, retention, stacks, versions
 from check_vllm.postmortem import procs as procfs
 from check_vllm.postmortem.bundle import Bundle, BundleRefused
 from check_vllm.postmortem.dumpers import Tools
-from check_vllm.server.processes import engine_of
 
 #: The bundles kept by default, and the bytes all of them may hold (one bundle of a big vLLM is ~1-3 MB).
 KEEP = 20
 MAX_BYTES = 256 << 20
 #: The /metrics page kept (vLLM's is ~50 KB; a page this big is cut).
 METRICS_MAX = 4 << 20
+#: The server's word on its version is waited for this long after the dumps (it was asked before them).
+VERSION_WAIT = 1.0
 #: Kept back from the budget for the README, collection.json and the pruning, written after the last dump.
 RESERVE = 0.5
 #: What a dumper killed at its time-out may take beyond it (its grace, the SIGKILL, its output's reader).
@@ -103,18 +104,11 @@ def _processes(bundle: Bundle, family: Sequence[procfs.Proc], asked: Sequence[in
     return f"ok: {len(family)} processes{f', gone: {gone}' if gone else ''}" + _cut(note)
 
 
-def _versions(bundle: Bundle, family: Sequence[procfs.Proc]) -> str:
-    from check_vllm import __version__
-
-    lines = [f"check_vllm {__version__}", f"kernel {platform.release()} {platform.machine()}"]
-    for p in family:
-        engine = engine_of(p.argv)
-        if p.python:
-            lines += [f"pid {p.pid}: {v}" for v in procfs.versions(p)]
-        elif engine is not None and p.exe:  # never run: whoever started the process chose that file
-            lines += [f"pid {p.pid}: {engine.name} {p.exe}: its version is not asked (nothing a server's process "
-                      "names is ever run)"]
-    return "ok" + _cut(bundle.write("versions.txt", "\n".join(dict.fromkeys(lines)) + "\n"))
+def _versions(bundle: Bundle, family: Sequence[procfs.Proc], page: _Page, clock: _Clock) -> str:
+    """versions.txt, with the server's own word when it came within what is left."""
+    got = page.page if page.wait(min(clock.left(), VERSION_WAIT)) and not page.error else None
+    said = (got.decode("utf-8", "replace") if isinstance(got, bytes) else got or "").strip()
+    return "ok" + _cut(bundle.write("versions.txt", versions.text(family, said)))
 
 
 def _engine_dumps(bundle: Bundle, family: Sequence[procfs.Proc]) -> str:
@@ -201,11 +195,13 @@ def _take(bundle: Bundle, clock: _Clock, family: Sequence[procfs.Proc], page: _P
 
 def collect(where: Path, pids: list[int], url_reader: Reader | None, evidence: Mapping[str, object],
             budget: float = 20.0, keep: int = KEEP, max_bytes: int = MAX_BYTES,
-            tools: Tools | None = None, server: str = "", secrets: Sequence[str] = ()) -> Result:
+            tools: Tools | None = None, server: str = "", secrets: Sequence[str] = (),
+            version_reader: Reader | None = None) -> Result:
     """Take the post-mortem of the server whose processes are `pids` (its API server first) into a new bundle
     under `where` (in the server's own directory there, `server`); return within `budget` seconds whatever the
     tools or the server do. `max_bytes` caps the whole of `where`, all servers' bundles together. Every file is
-    masked of `secrets` (the check's API key, the URL's password) and of those the processes were given."""
+    masked of `secrets` (the check's API key, the URL's password) and of those the processes were given.
+    `version_reader`: the server's own word on its version (check_vllm.postmortem.versions), read in a thread."""
     from check_vllm.postmortem.mask import Secrets
 
     clock = _Clock(budget)
@@ -213,15 +209,15 @@ def collect(where: Path, pids: list[int], url_reader: Reader | None, evidence: M
         bundle = Bundle.create(Path(where), pids[0] if pids else os.getpid(), max_bytes, server=server)
     except (BundleRefused, OSError) as exc:
         return Result(None, clock.took(), [("bundle", f"not made: {exc}")])
-    page = _Page(url_reader)
+    page, said = _Page(url_reader), _Page(version_reader)
     steps: list[tuple[str, str]] = []
     family = procfs.family(pids)
     bundle.mask = Secrets.of(family, secrets).scrub  # every file, from the first: the bundle may go public
     _step(steps, "evidence", lambda: "ok" + _cut(bundle.write_json("evidence.json", dict(evidence))))
     _step(steps, "processes", lambda: _processes(bundle, family, pids, str(evidence.get("no_process") or "")))
-    _step(steps, "versions", lambda: _versions(bundle, family))
     _step(steps, "engine dumps", lambda: _engine_dumps(bundle, family))
     _take(bundle, clock, family, page, tools or dumpers.find(), steps)
+    _step(steps, "versions", lambda: _versions(bundle, family, said, clock))
     _finish(bundle, clock, steps, evidence, family)
     retention.prune(bundle.parent, keep, max_bytes)
     if server:

@@ -16,7 +16,8 @@ FILES = (
                       "verdict history of its state file, the check's own status line"),
     ("metrics.txt", "the server's last /metrics page, read once just before the restart (cut if huge)"),
     ("tree.txt", "the server's processes (the API server and every descendant) with their states and ages"),
-    ("versions.txt", "the engine and its version, its libraries', the kernel's, check_vllm's"),
+    ("versions.txt", "the engine's version as the server says it (/version, /props) and its libraries' from their "
+                     "package metadata, the kernel's, check_vllm's (no server's binary is ever run to ask)"),
     ("proc-PID.txt", "what the kernel says of process PID: command line (secrets masked), /proc status, each "
                      "thread's state (R running, S sleeping, D uninterruptible, T stopped), wchan and kernel stack"),
     ("py-spy-PID.txt", "py-spy dump --nonblocking: each Python thread's stack, innermost frame first"),

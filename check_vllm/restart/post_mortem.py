@@ -100,6 +100,26 @@ def metrics_reader(reach: Callable[[], Endpoint], timeout: float) -> Callable[[]
     return read
 
 
+def version_reader(reach: Callable[[], Endpoint], timeout: float) -> Callable[[], str]:
+    """The server's own word on its version (vLLM's GET /version, else llama.cpp's /props), asked once in the
+    collection's thread: never by running the server's executable (check_vllm.postmortem.versions)."""
+
+    def read() -> str:
+        from check_vllm.postmortem.versions import ROUTES, answered
+        from check_vllm.server.fetch import request
+
+        endpoint = reach()
+        with endpoint.client() as client:
+            for route, _ in ROUTES:
+                got = request(client, endpoint, "GET", route, timeout)
+                said = answered(route, got.status, got.body)
+                if said:
+                    return said
+        return ""
+
+    return read
+
+
 def take(plan: Plan, door: Door, url: str, process: Options, reach: Callable[[], Endpoint] | None,
          evidence_of: dict[str, Any]) -> str:
     """Collect into a new bundle; the words the handler's log line carries (where it is, or why there is none)."""
@@ -113,8 +133,9 @@ def take(plan: Plan, door: Door, url: str, process: Options, reach: Callable[[],
     made = (lambda: endpoint) if endpoint is not None else reach
     reader = metrics_reader(made, min(5.0, plan.budget / 4)) if made is not None else None
     proof = {**evidence_of, "processes" if named.pids else "no_process": named.how}
+    version = version_reader(made, min(2.0, plan.budget / 8)) if made is not None else None
     done = collect(plan.where(door), named.pids, reader, proof, plan.budget, plan.keep, plan.max_bytes,
-                   server=server_name(door), secrets=_secrets(url, endpoint))
+                   server=server_name(door), secrets=_secrets(url, endpoint), version_reader=version)
     if done.path is None:
         return f"no post-mortem: {dict(done.steps).get('bundle', 'not made')}"
     short = [f"{step} {outcome.split(':')[0]}" for step, outcome in done.steps if not outcome.startswith("ok")]

@@ -134,4 +134,4 @@ def test_a_root_post_mortem_runs_no_file_of_a_process_it_reads(spawned, tmp_path
     assert result.path is not None, result.steps
     assert not marker.exists(), "root ran the planted program"
     versions = (result.path / "versions.txt").read_text()
-    assert f"pid {proc.pid}: llama.cpp {exe}: its version is not asked" in versions, versions
+    assert f"pid {proc.pid}: llama.cpp {exe} (never run to ask its version)" in versions, versions

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.postmortem import dumpers
+from check_vllm.postmortem import dumpers, versions
 from check_vllm.postmortem.collect import collect
 from check_vllm.postmortem.retention import size
 from tests.real_llamacpp.conftest import REPORTS, TIMINGS
@@ -20,6 +20,12 @@ from tests.rig.llamacpp_server import LlamaServer, thread_state
 pytestmark = pytest.mark.real_llamacpp
 
 EVIDENCE = {"verdict": "stuck", "status": "VLLM CRITICAL - stuck", "engine": "llama.cpp"}
+
+
+def said_version(server: LlamaServer) -> str:
+    """What the handler's version reader asks: the server's own word (/props build_info), never its binary."""
+    got = server.get("/props", timeout=5)
+    return versions.answered("/props", got.status_code, got.content) or ""
 
 
 def busy(server: LlamaServer, processing: float = 2) -> None:
@@ -49,7 +55,9 @@ def test_decode_loop_stopped_proc_stacks_always_within_the_budget(server: LlamaS
     threads = described.count("\nthread ")
     assert threads >= 3 and described.count(" wchan ") == threads and "[<0>]" in described
     assert "llama-server" in text(result, "tree.txt")
-    assert "--version: version: " in text(result, "versions.txt") and "(build 11434" in text(result, "versions.txt")
+    # its executable is never run to ask (issue 51): the version is what the server itself says, or nothing
+    assert f"pid {server.pid}: llama.cpp " in text(result, "versions.txt")
+    assert "(never run to ask its version)" in text(result, "versions.txt")
     # the rig's own tracer holds the main thread, and a thread has one tracer: gdb is refused, and says so
     gdb = outcome(result, f"gdb {server.pid}")
     assert gdb.startswith("failed in ") and "already traced by process" in gdb, gdb
@@ -63,9 +71,10 @@ def test_gdb_names_llama_servers_threads_and_frames_and_it_serves_on(server: Lla
         busy(server)
         started = time.monotonic()
         result = collect(tmp_path / "pm", [server.pid], lambda: server.metrics_text(timeout=5), EVIDENCE,
-                         budget=20, tools=tools)
+                         budget=20, tools=tools, version_reader=lambda: said_version(server))
         took = time.monotonic() - started
         TIMINGS["post-mortem of a running llama-server"] = took
+        assert "the server says /props: b11434" in text(result, "versions.txt"), text(result, "versions.txt")
         assert result.path is not None
         REPORTS["post-mortem bundle (running llama-server)"] = f"{size(result.path)} bytes in {took:.1f} s: " + \
             "; ".join(f"{s}: {o}" for s, o in result.steps)

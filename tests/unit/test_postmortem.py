@@ -112,3 +112,14 @@ def test_a_command_line_read_as_a_tuple_names_its_engine():
 
     assert engine_of(("/opt/venv/bin/vllm", "serve", "m", "--port", "8000")) is VLLM
     assert engine_of(["/opt/venv/bin/vllm", "serve", "m"]) is VLLM
+
+
+def test_the_servers_version_is_its_own_word_never_a_run_of_its_binary():
+    from check_vllm.postmortem import versions
+
+    assert versions.answered("/version", 200, b'{"version": "0.32.0"}') == "/version: 0.32.0"
+    assert versions.answered("/props", 200, b'{"build_info": "b11434-7b1c3f2"}') == "/props: b11434-7b1c3f2"
+    assert versions.answered("/version", 404, b'{"version": "0.32.0"}') is None
+    assert versions.answered("/version", 200, b"<html>") is None
+    assert versions.answered("/props", 200, b'{"build_info": ""}') is None
+    assert "the server says /props: b11434" in versions.text([], "/props: b11434")
