@@ -110,6 +110,9 @@ class Engine(NamedTuple):
     holding: tuple[tuple[str, str], ...] = ()
     #: The server flag that turns its /metrics on ("": always on), named when it is off.
     metrics_flag: str = ""
+    #: What its /v1/models says each model is `owned_by`: whose server it is where no page says (metrics off,
+    #: guarded by its key).
+    owned_by: str = "vllm"
     #: Significant digits its page prints a value with (0: exact): a counter at or past 10**digits may not move
     #: visibly between two readings, so its standing still proves nothing.
     counter_digits: int = 0
@@ -179,7 +182,7 @@ LLAMA_CPP = Engine(
     # common/arg.cpp: the environment is applied first, the command line after it (it wins); --metrics or
     # LLAMA_ARG_ENDPOINT_METRICS, else /metrics answers 501; --sleep-idle-seconds has no environment variable.
     # tools/server/server-context.cpp: values printed with std::to_string-free ostream defaults, 6 digits.
-    metrics_flag="--metrics", counter_digits=6, port_env="LLAMA_ARG_PORT", sleep_flag="--sleep-idle-seconds",
+    metrics_flag="--metrics", owned_by="llamacpp", counter_digits=6, port_env="LLAMA_ARG_PORT", sleep_flag="--sleep-idle-seconds",
     # tools/server/server-models.cpp (router mode: --models-dir or --models-preset, no -m): a GET names its model by
     # `?model=`, a POST by its body's "model"; either loads a model not loaded unless `autoload=false` (is_autoload:
     # the query, for a POST too), then 400 "model is not loaded"; /metrics without a model answers 400
@@ -215,7 +218,7 @@ SGLANG = Engine(
     # server too); /metrics is mounted only with --enable-metrics; its `name[]` filter goes through a registry
     # that holds no multiprocess collector by name: an empty page, so it is never asked.
     routes=Routes(paused="/ready", paused_by_status=True, healthy="/ping", never=("/health", "/health_generate")),
-    metrics_flag="--enable-metrics", config_flag="--config",
+    metrics_flag="--enable-metrics", owned_by="sglang", config_flag="--config",
 )
 
 #: Every engine, the first the default where a page says nothing.

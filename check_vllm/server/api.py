@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import httpx
 
-from check_vllm.contract.engines import VLLM, Engine
+from check_vllm.contract.engines import ENGINES, VLLM, Engine
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import (
     ANSWERED,
@@ -135,21 +135,29 @@ def _read(client: httpx.Client, endpoint: Endpoint, path: str, timeout: float, n
 def first_model(client: httpx.Client, endpoint: Endpoint, timeout: float) -> str | None:
     """The first model id /v1/models lists, as listed (the probe asks for it: a cut or folded id is a 404;
     whoever shows it cleans it). Raises FetchError when the endpoint does not answer."""
+    return _first_card(client, endpoint, timeout)[0]
+
+
+def _first_card(client: httpx.Client, endpoint: Endpoint, timeout: float) -> tuple[str | None, str | None]:
+    """(the first model's id, the key of the engine its `owned_by` names: None when it names none)."""
     resp = request(client, endpoint, "GET", "/v1/models", timeout)
     if resp.status != 200:
         raise FetchError("status", f"/v1/models answered HTTP {resp.status}", resp.status)
     doc = resp.json()
     try:
-        model = doc["data"][0]["id"]
+        card = doc["data"][0]
+        model = card["id"]
     except (TypeError, KeyError, IndexError):
         raise FetchError("no models", "/v1/models did not list any model") from None
-    return str(model) if isinstance(model, (str, int)) and not isinstance(model, bool) else None
+    owner = card.get("owned_by") if isinstance(card, dict) else None
+    engine = next((row.key for row in ENGINES if row.owned_by == owner), None)
+    return (str(model) if isinstance(model, (str, int)) and not isinstance(model, bool) else None), engine
 
 
 def liveness(client: httpx.Client, endpoint: Endpoint, kind: str, detail: str, timeout: float) -> Failure:
     """Liveness from /v1/models alone, for when /metrics cannot tell (or must not be read)."""
     try:
-        model = first_model(client, endpoint, timeout)
+        model, engine = _first_card(client, endpoint, timeout)
     except FetchError as err:
         unreached = _unreached(err)
         why = f"{err.detail} ({endpoint.shown})" if unreached else err.detail
@@ -159,7 +167,7 @@ def liveness(client: httpx.Client, endpoint: Endpoint, kind: str, detail: str, t
             return Failure(kind, f"{detail}; {why}" if detail else why, models=MODELS_ANSWERED)
         return Failure(kind, f"{detail}; /v1/models failed too: {why}" if detail else why,
                        models=unreached or UNRESPONSIVE)
-    return Failure(kind, detail, models=MODELS_OK, model=model)
+    return Failure(kind, detail, models=MODELS_OK, model=model, engine=engine)
 
 
 def engine_dead(client: httpx.Client, endpoint: Endpoint, route: str, timeout: float) -> bool:

@@ -90,7 +90,8 @@ class Calls:
             self.router = router.routed(got)
             if self.router is not None:
                 return self._routed(self.router)
-            return self.liveness(NO_METRICS, got.detail)._replace(engine=got.engine)
+            live = self.liveness(NO_METRICS, got.detail)  # its model list may say whose it is where the page did not
+            return live._replace(engine=got.engine or live.engine)
         if isinstance(got, Reading):
             asked_for, self.engine = self.engine, BY_KEY.get(got.engine, VLLM)
             if self.engine is not asked_for:  # another engine's restricted page failed: ask its own next time

@@ -50,6 +50,8 @@ def test_without_the_key_the_status_says_the_key_is_needed(guarded, run_check):
     assert r.code == WARNING and "/metrics answered HTTP 401: the server needs an API key (--api-key-file)" in r.first, \
         r.out
     assert "metrics off" not in r.out and "--metrics" not in r.first, r.out
+    # no page says whose server it is; its model list does (owned_by "llamacpp"): named so, not VLLM
+    assert r.first.startswith("LLAMACPP WARNING - no metrics: "), r.out
 
 
 def test_a_wrong_key_is_said_refused(guarded, run_check, tmp_path):
