@@ -102,7 +102,10 @@ def _judged(step: Step, memory: Memory, failure: Failure, second_look: bool) -> 
     calls = step.calls
     failure = _engine_said(calls, failure)
     witness = _witness(calls, failure) if host_may_explain(failure) else None
-    return assess_failure(memory, Evidence(failure, witness, step.marker, second_look), step.settings, calls.now())
+    process = witness.process if witness is not None else None
+    loaded = process is not None and calls.says_loaded(process.engine)  # a llama-server loads behind a 503
+    return assess_failure(memory, Evidence(failure, witness, step.marker, second_look, loaded), step.settings,
+                          calls.now())
 
 
 def _second_look_due(calls: Calls, sleep: Callable[[float], None]) -> bool:

@@ -61,6 +61,10 @@ class Routes(NamedTuple):
     slots: str = ""
     #: How its server reads in router mode (one process per model, each started on demand); Router(): no such mode.
     router: Router = Router()
+    #: Answers 200 once the model is loaded, and not while it loads, from the HTTP side whatever the engine loop
+    #: does (llama.cpp's /health: 503 "Loading model" until then): asked only when the host would call a young
+    #: process that never served `starting`. A server that says it has loaded is not starting.
+    loaded: str = ""
 
 
 class Engine(NamedTuple):
@@ -188,7 +192,7 @@ LLAMA_CPP = Engine(
     # the query, for a POST too), then 400 "model is not loaded"; /metrics without a model answers 400
     # (router_validate_model); GET /v1/models gives each model's status.value (server_model_status_to_string). A
     # "loading" model's process does not serve yet; a "sleeping" one answers /metrics from its cache, no task.
-    routes=Routes(asleep="/props", slots="/slots", router=Router(
+    routes=Routes(asleep="/props", slots="/slots", loaded="/health", router=Router(
         unnamed="model name is missing from the request", models="/v1/models", select="model",
         no_load="autoload=false", serving=("loaded",), sleeping=("sleeping",))),
 )

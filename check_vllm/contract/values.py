@@ -196,3 +196,6 @@ class Evidence(NamedTuple):
     witness: Witness | None = None
     marker: Instant | None = None
     second_look: bool = False
+    #: The server's own route says its model is loaded (Routes.loaded), asked of a young process that never
+    #: served: it is not starting, whatever its age.
+    loaded: bool = False

@@ -163,7 +163,7 @@ def _host_explains(memory: Memory, saved: Stopping | None, evidence: Evidence, d
     if process is not None and witness is not None and witness.tentative and not _young(memory, process, settings, now):
         process = None  # a guess proves a start only: past its grace, or served, the failure stands
     if process is not None:
-        if not _served_since(memory, process):
+        if not _served_since(memory, process) and not evidence.loaded:  # its own route says it has loaded
             return _loading(memory, process, detail, settings, now)
         if failure.kind == DOWN:
             return _stopping(memory, saved, process, detail, settings, now)

@@ -170,6 +170,14 @@ def liveness(client: httpx.Client, endpoint: Endpoint, kind: str, detail: str, t
     return Failure(kind, detail, models=MODELS_OK, model=model, engine=engine)
 
 
+def answers_ok(client: httpx.Client, endpoint: Endpoint, route: str, timeout: float) -> bool:
+    """GET `route` answers 200 within HEALTH_TIMEOUT (an answer from the HTTP side, never a task)."""
+    try:
+        return request(client, endpoint, "GET", route, min(timeout, HEALTH_TIMEOUT)).status == 200
+    except FetchError:
+        return False
+
+
 def engine_dead(client: httpx.Client, endpoint: Endpoint, route: str, timeout: float) -> bool:
     """GET `route` (vLLM's /health: Engine.routes.engine_dead) says the engine died: vLLM answers 503 with an
     empty body then. A proxy's 502/503 (a page, not vLLM's empty answer), a time-out or anything else says

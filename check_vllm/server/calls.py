@@ -21,7 +21,7 @@ from types import MappingProxyType
 import httpx
 
 from check_vllm.contract.defaults import RUN_TIMEOUT, Options
-from check_vllm.contract.engines import AUTO, BY_KEY, VLLM, Engine
+from check_vllm.contract.engines import AUTO, BY_KEY, BY_NAME, VLLM, Engine
 from check_vllm.contract.instants import Instant, elapsed, instant
 from check_vllm.contract.values import ENGINE_DEAD, NO_ANSWER, REJECTED, Failure, ProbeOutcome, Reading
 from check_vllm.contract.vocab import NO_METRICS
@@ -143,6 +143,15 @@ class Calls:
         if outcome.kind == NO_ANSWER and outcome.status is not None and self.engine_dead():
             return outcome._replace(kind=ENGINE_DEAD, detail=f"{outcome.detail}; GET /health answered 503")
         return outcome
+
+    def says_loaded(self, engine: str) -> bool:
+        """The server's own route says its model is loaded (Routes.loaded of the engine the host's process names;
+        "": it has none, never asked)."""
+        route = BY_NAME[engine].routes.loaded if engine in BY_NAME else ""
+        if not route:
+            return False
+        self.doing(f"GET {route}")
+        return api.answers_ok(self.client, self.endpoint, route, self.left(None))
 
     def engine_dead(self) -> bool:
         """Asked after a 5xx only (a time-out is an event loop too busy to tell), of an engine whose server has

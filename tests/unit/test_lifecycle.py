@@ -389,3 +389,17 @@ def test_metrics_off_while_models_fail_too_is_still_the_witness_s_to_explain():
     """Loading (llama.cpp answers every route 503 then): the process's age still tells starting from down."""
     loading = Failure(NO_METRICS, "/metrics answered HTTP 404", models=UNRESPONSIVE)
     assert judge(Memory(), 35.0, proc(1234, 0.0), loading).word == STARTING
+
+
+def test_a_young_process_whose_own_route_says_loaded_is_not_starting():
+    """llama-server's /health answers 200 once its model is loaded (503 "Loading model" until then): one whose
+    decode loop hangs before the check's first reading is judged on its silence, not `starting` for the 900 s of
+    its grace, and its silence is proven as any other."""
+    young = proc(1234, 0.0)
+    silent = Failure(UNRESPONSIVE, "GET /metrics timed out after 10 s")
+    first = assess_failure(Memory(), Evidence(silent, young, loaded=True), S, at(35.0))
+    assert first.word == UNRESPONSIVE and first.code == WARNING, first.summary
+    later = assess_failure(first.memory, Evidence(silent, young, loaded=True), S, at(35.0 + 130.0))
+    assert (later.word, later.code) == (UNRESPONSIVE, CRITICAL), later.summary
+    # the same process, loading (no 200): starting
+    assert assess_failure(Memory(), Evidence(silent, young), S, at(35.0)).word == STARTING
