@@ -103,7 +103,9 @@ def _judged(step: Step, memory: Memory, failure: Failure, second_look: bool) -> 
     failure = _engine_said(calls, failure)
     witness = _witness(calls, failure) if host_may_explain(failure) else None
     process = witness.process if witness is not None else None
-    loaded = process is not None and calls.says_loaded(process.engine)  # a llama-server loads behind a 503
+    # only for silence (a time-out): a loading llama-server answers 503 "Loading model", and a proxy that answers
+    # /health itself must not make that read as loaded
+    loaded = process is not None and failure.status is None and calls.says_loaded(process.engine)
     return assess_failure(memory, Evidence(failure, witness, step.marker, second_look, loaded), step.settings,
                           calls.now())
 

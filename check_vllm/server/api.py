@@ -170,11 +170,17 @@ def liveness(client: httpx.Client, endpoint: Endpoint, kind: str, detail: str, t
     return Failure(kind, detail, models=MODELS_OK, model=model, engine=engine)
 
 
-def answers_ok(client: httpx.Client, endpoint: Endpoint, route: str, timeout: float) -> bool:
-    """GET `route` answers 200 within HEALTH_TIMEOUT (an answer from the HTTP side, never a task)."""
+#: What llama-server's /health answers once its model is loaded (tools/server: {"status": "ok"}).
+LOADED_BODY = {"status": "ok"}
+
+
+def answers_loaded(client: httpx.Client, endpoint: Endpoint, route: str, timeout: float) -> bool:
+    """GET `route` answers 200 with the engine's own words for loaded, within HEALTH_TIMEOUT (from the HTTP side,
+    never a task): a proxy's own health page says nothing of the server."""
     try:
-        return request(client, endpoint, "GET", route, min(timeout, HEALTH_TIMEOUT)).status == 200
-    except FetchError:
+        got = request(client, endpoint, "GET", route, min(timeout, HEALTH_TIMEOUT))
+        return got.status == 200 and got.json() == LOADED_BODY
+    except (FetchError, ValueError):
         return False
 
 

@@ -151,7 +151,7 @@ class Calls:
         if not route:
             return False
         self.doing(f"GET {route}")
-        return api.answers_ok(self.client, self.endpoint, route, self.left(None))
+        return api.answers_loaded(self.client, self.endpoint, route, self.left(None))
 
     def engine_dead(self) -> bool:
         """Asked after a 5xx only (a time-out is an event loop too busy to tell), of an engine whose server has

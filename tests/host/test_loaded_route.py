@@ -22,13 +22,13 @@ pytestmark = pytest.mark.host
 #: and the rest never do.
 SERVER = """
 import http.server, sys, time
-LOADED = sys.argv[sys.argv.index("--loaded") + 1] == "yes"
+LOADED = sys.argv[sys.argv.index("--loaded") + 1]
 class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
     def do_GET(self):
         if self.path == "/health":
-            body = b'{"status":"ok"}' if LOADED else b'{"error":{"code":503,"message":"Loading model"}}'
-            self.send_response(200 if LOADED else 503)
+            body = {"yes": b'{"status":"ok"}', "proxy": b"OK"}.get(LOADED, b'{"error":{"message":"Loading model"}}')
+            self.send_response(503 if LOADED == "no" else 200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -45,12 +45,12 @@ server.serve_forever()
 def llama(tmp_path: Path) -> Iterator[object]:
     procs: list[subprocess.Popen] = []
 
-    def start(loaded: bool) -> str:
+    def start(loaded: str) -> str:
         port = free_port()
         script = tmp_path / "server.py"
         script.write_text(SERVER)
         proc = subprocess.Popen(["bash", "-c", f'exec -a llama-server {sys.executable} {script} --port {port} '
-                                 f'--loaded {"yes" if loaded else "no"}'], stdout=subprocess.PIPE)
+                                 f'--loaded {loaded}'], stdout=subprocess.PIPE)
         procs.append(proc)
         assert proc.stdout is not None and proc.stdout.readline() == b"in\n"
         return f"http://127.0.0.1:{port}"
@@ -66,11 +66,12 @@ def check(state: Path, url: str) -> Result:
 
 
 def test_a_loaded_llama_server_whose_loop_hangs_is_judged_on_its_silence_not_starting(llama, tmp_path):
-    r = check(tmp_path / "state", llama(True))
+    r = check(tmp_path / "state", llama("yes"))
     assert r.first.startswith("LLAMACPP WARNING - unresponsive: "), r.out
     assert "starting" not in r.first, r.out
 
 
-def test_a_llama_server_still_loading_is_starting(llama, tmp_path):
-    r = check(tmp_path / "state", llama(False))
+@pytest.mark.parametrize("health", ["no", "proxy"], ids=["loading: 503", "a proxy's own 200 OK"])
+def test_a_llama_server_still_loading_is_starting(llama, tmp_path, health):
+    r = check(tmp_path / "state", llama(health))
     assert r.first.startswith("LLAMACPP WARNING - starting: llama.cpp process "), r.out
