@@ -29,7 +29,7 @@ from tests.real_llamacpp.conftest import REPORTS
 from tests.rig.forwarder import Recorder
 from tests.rig.llamacpp_server import LlamaServer, LlamaSetupError
 from tests.rig.scripts import Result, real_runner, run_script
-from tests.rig.vllm_server import AUTOGROUP_SH
+from tests.rig.vllm_server import AUTOGROUP_SH, Load
 
 pytestmark = pytest.mark.real_llamacpp
 
@@ -304,3 +304,46 @@ def test_port_from_llama_arg_port_loading_is_starting_never_down(llama, check: C
     assert all("/metrics answered HTTP 503" in r.status for _, r in seen[2:5]), shown
     assert seen[-1][1].first.startswith("LLAMACPP OK - "), shown
     REPORTS["LLAMA_ARG_PORT, no --port, while it starts"] = shown
+
+
+API_KEY = "sk-real-llama-guarded-7731"
+
+
+def test_a_guarded_server_is_read_with_its_key_and_its_stopped_decode_loop_proven_stuck(llama, check, tmp_path):
+    """llama-server with --api-key guards /metrics (401 without the key): the check sends the key on every request
+    (issue 52), reads it busy, and proves its held decode loop CRITICAL, restartable."""
+    srv = llama(("--metrics", "--parallel", "2", "--context-shift", "--api-key", API_KEY))
+    key = tmp_path / "key"
+    key.write_text(API_KEY + "\n")
+    key.chmod(0o600)
+    assert srv.get("/metrics", timeout=5).status_code == 401  # the real server guards its page
+    keyed = ("--api-key-file", str(key))
+    with Load(srv.url, 2, 100_000, ignore_eos=True, model="tiny", repeat=True, api_key=API_KEY) as load:
+        deadline = time.monotonic() + 60
+        while (first := check(srv.url, *FAST, *STUCK, *keyed)).word != "busy":
+            assert time.monotonic() < deadline, first.out
+            time.sleep(0.5)
+        assert first.first.startswith("LLAMACPP OK - busy"), first.out
+        seen = []
+        with srv.decode_stopped():
+            while not seen or seen[-1].code != CRITICAL:
+                assert time.monotonic() < deadline + 60, [r.first for r in seen]
+                seen.append(check(srv.url, *FAST, *STUCK, *keyed))
+                time.sleep(0.5)
+        load.stop()
+    assert seen[-1].word in ("stuck", "unresponsive") and seen[-1].first.startswith("LLAMACPP CRITICAL"), seen[-1].out
+    REPORTS["--api-key, decode loop stopped"] = "\n".join(r.first for r in [first, *seen])
+    without = check(srv.url, *FAST)
+    assert "/metrics answered HTTP 401: the server needs an API key (--api-key-file)" in without.first, without.out
+
+
+def test_the_shipped_startup_probe_passes_a_server_without_metrics(llama, tmp_path):
+    """llama.cpp's default, no --metrics: `no metrics` for ever; the shipped startup probe's command
+    (contrib/kubernetes/vllm-deployment.yaml) passes it once its model list answers, instead of failing it for ever
+    (the kubelet would then kill a healthy server every failureThreshold x periodSeconds)."""
+    srv = llama(("--parallel", "2"))
+    r = run_script("check_vllm", "--probe", "startup", "-u", srv.url, "--state-dir", str(tmp_path / "state"), "-t",
+                   "9", "--idle-completion-timeout", "5", "--reuse-verdict", "5")
+    assert r.code == 0 and r.first.startswith("startup pass in spite of: WARNING no metrics: "), r.out
+    assert r.first.endswith("(it lists its model: loaded)"), r.out
+    REPORTS["startup probe, no --metrics"] = r.first

@@ -171,8 +171,10 @@ class Load:
 
     def __init__(self, base_url: str, n: int, max_tokens: int, ignore_eos: bool = True,
                  prompt: str = "Hello, please tell me a long story about servers and queues.",
-                 model: str = SERVED_MODEL_NAME, timeout: float = 600.0, repeat: bool = False):
+                 model: str = SERVED_MODEL_NAME, timeout: float = 600.0, repeat: bool = False,
+                 api_key: str | None = None):
         self.base_url = base_url
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}  # a server started with --api-key
         self.repeat = repeat              # each thread sends a new generation when one ends, until stop()
         self.n = n
         self.max_tokens = max_tokens
@@ -212,7 +214,8 @@ class Load:
         body = {"model": self.model, "prompt": self.prompt, "max_tokens": self.max_tokens,
                 "temperature": 0.0, "ignore_eos": self.ignore_eos, "stream": True}
         try:
-            with httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(self.timeout, connect=10.0)) as c:
+            with httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(self.timeout, connect=10.0),
+                              headers=self.headers) as c:
                 while not self._stop.is_set():
                     if not self._one(c, i, body) or not self.repeat:
                         return
