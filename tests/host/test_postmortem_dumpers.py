@@ -8,10 +8,15 @@ Root (another user's process and files); py-spy from the test environment, gdb f
 
 from __future__ import annotations
 
+import atexit
+import dataclasses
+import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -82,10 +87,23 @@ def python_for(uid: int) -> str:
     pytest.skip(f"no Python interpreter uid {uid} may run")
 
 
+@functools.cache
+def _reachable_py_spy(found: str) -> str:
+    """The test environment's py-spy copied where another user may run it, root's alone to change: tox makes .tox
+    0700 (.ci/run makes it 0755 first), and a dumper run as the server's user must be able to start."""
+    where = tempfile.mkdtemp(prefix="check_vllm-tools-", dir="/tmp")
+    atexit.register(shutil.rmtree, where, True)
+    os.chmod(where, 0o755)
+    copy = os.path.join(where, "py-spy")
+    shutil.copy2(found, copy)
+    os.chmod(copy, 0o755)
+    return copy
+
+
 def tools() -> Tools:
     found = dumpers.find()
     assert found.py_spy and found.gdb, f"py-spy (pip) and gdb (apt) must be installed for this tier: {found}"
-    return found
+    return dataclasses.replace(found, py_spy=_reachable_py_spy(found.py_spy))
 
 
 def states(pid: int) -> list[str]:
