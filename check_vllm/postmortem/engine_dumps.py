@@ -171,7 +171,7 @@ def _sglang(family: Sequence[Proc], owners: set[int]) -> tuple[Files, list[str]]
     notes: list[str] = []
     seen: set[tuple[int, int]] = set()
     for p in family:
-        if engine_of(list(p.argv)) is not SGLANG and not (p.argv and p.argv[0].startswith("sglang::")):
+        if engine_of(p.argv) is not SGLANG and not (p.argv and p.argv[0].startswith("sglang::")):
             continue
         for n in (2, 1):
             link = f"/proc/{p.pid}/fd/{n}"
@@ -234,7 +234,7 @@ def collect(family: Sequence[Proc]) -> tuple[Files, str]:
         head = [] if said[:1] and said[0].startswith("not read") else [f"{len(taken)} taken" if taken else
                                                                         "no dump in it yet"]
         notes.append(f"vLLM's watchdog dump_dir {directory}: " + "; ".join([*head, *said]))
-    elif any(engine_of(list(p.argv)) is VLLM for p in family):  # a list: a tuple never matches `vllm serve`
+    elif any(engine_of(p.argv) is VLLM for p in family):
         notes.append(f"vLLM without a watchdog dump_dir on its command line ({HINT})")
     taken, said = _sglang(family, owners)
     files += taken
