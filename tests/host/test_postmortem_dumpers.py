@@ -27,6 +27,7 @@ from check_vllm.postmortem import attach, dumpers, procs, stacks
 from check_vllm.postmortem.collect import collect
 from check_vllm.postmortem.dumpers import Tools
 from tests.rig.bundles import outcome
+from tests.rig.waiting import wait_for
 
 pytestmark = [
     pytest.mark.host,  # real processes stopped and dumped: run alone, after the parallel suite
@@ -165,7 +166,7 @@ def test_a_process_stopped_before_its_dump_is_left_stopped(tmp_path: Path, spawn
     """An operator's SIGSTOP, a frozen engine: the post-mortem records it as it was and changes nothing."""
     proc = spawn(sys.executable, "-c", LOOPER)
     os.kill(proc.pid, signal.SIGSTOP)
-    time.sleep(0.2)
+    wait_for(f"process {proc.pid} to stop", lambda: set(states(proc.pid)) == {"T"}, timeout=30, interval=0.01)
     ran = attach.run(dump_of(proc.pid, ("sleep", "1000")), 0.5)
     assert ran.outcome.startswith("timed out after ") and "SIGCONT" not in ran.outcome, ran.outcome
     time.sleep(0.2)
