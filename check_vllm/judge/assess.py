@@ -165,7 +165,15 @@ def _repeat(memory: Memory, reading: Reading, gap: float, now: Instant) -> Verdi
     g = gauges(reading)
     stalled = max((lasted(s, now) for n, s in memory.stalls.items() if engines.get(n) in (STUCK, STALLING)),
                   default=0.0)
-    return Verdict(word=word, code=code, text=wording.repeated(g, gap), memory=memory,
+    text = wording.repeated(g, gap)
+    # words that differ from the last verdict's (a stall whose work went, work come to an idle engine) are kept:
+    # the next repeat starts from what this one said, never from an older stall it already ended
+    if (word, code, engines) != (last.word, last.code, dict(last.engines)):
+        memory = memory._replace(last=last._replace(word=word, code=code, text=text,
+                                                    engines=MappingProxyType(dict(engines))),
+                                 stalls=MappingProxyType({n: s for n, s in memory.stalls.items()
+                                                          if engines.get(n) in (STUCK, STALLING)}))
+    return Verdict(word=word, code=code, text=text, memory=memory,
                    engines=MappingProxyType(engines), running=g.running, waiting=g.waiting, kv_cache=g.kv_cache,
                    stalled_seconds=stalled)
 

@@ -86,6 +86,12 @@ settings_st = st.builds(Settings, stuck_readings=st.integers(1, 4), stuck_second
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cfg=settings_st, steps=st.lists(step_st, min_size=1, max_size=30),
        engines=st.sampled_from([1, 2]), identity=st.sampled_from(["start", "created", "counters"]))
+@example(  # a repeat ended engine 0's stall (its work gone) and said busy OK; the next repeat, its work back,
+    # re-read the older stuck verdict and said CRITICAL again with nothing compared in between
+    cfg=Settings(stuck_readings=1, stuck_seconds=0.0, min_gap=2.0, max_age=600.0), engines=2, identity="start",
+    steps=[(0.0, [("progress", 0, 0), ("progress", 0, 0)], "ok")] * 7 + [
+        (2.0, [("none", 0, 1), ("progress", 0, 0)], "ok"), (0.0, [("none", 0, 0), ("none", 0, 1)], "ok"),
+        (0.0, [("none", 0, 1), ("kv", 0, 0)], "ok")])
 def test_random_histories_keep_the_promises(cfg, steps, engines, identity):
     world = World(engines={str(i) if engines > 1 else "": Engine() for i in range(engines)},
                   start=1_000.0 if identity == "start" else None,
