@@ -66,15 +66,6 @@ def spawn() -> Iterator[Callable[..., subprocess.Popen]]:
         proc.wait()
 
 
-def asleep(pid: int, ceiling: float = 30.0) -> None:
-    """Wait until PID sleeps in nanosleep: a `sleep` just started is still running (state R) while it loads, and
-    its kernel stack then names no wait. Polled on the kernel's own word, the ceiling only a hang's."""
-    deadline = time.monotonic() + ceiling
-    while Path(f"/proc/{pid}/wchan").read_text() != "hrtimer_nanosleep":
-        assert time.monotonic() < deadline, f"process {pid} never slept in nanosleep"
-        time.sleep(0.01)
-
-
 def asleep(pid: int) -> None:
     """Wait until PID sleeps in nanosleep: a `sleep` just started still runs (state R) while it loads, and its
     kernel stack names no wait yet (seen in CI: `state R wchan 0`)."""
