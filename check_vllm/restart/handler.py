@@ -172,7 +172,7 @@ def _post_mortem_only(config: Config, now: bool) -> int:
         return post_mortem.list_bundles(config.post_mortem.mine(config.door()))
     with config.door() as door:
         said = post_mortem.take_now(config.post_mortem._replace(enabled=True), door, config.url, config.process,
-                                    _reach(config), config.policy.max_verdict_age)
+                                    _reach(config), config.policy)
     taken = said.startswith("post-mortem")
     Logger(config.url, None)("post-mortem" if taken else "no post-mortem", said.removeprefix("no post-mortem: "))
     return 0

@@ -62,20 +62,11 @@ def decide(event: Event, verdict: Remembered | None, problem: str | None, restar
         return gate
     if not verdict:
         return Decision(False, f"no verdict in the check's state file ({problem or 'none written yet'})")
-    word, code, at = verdict.word, verdict.code, verdict.at
-    words = (*RESTARTABLE, PROXY) if policy.proxy else RESTARTABLE
-    if word not in words:
-        return Decision(False, f"the check's last verdict is {word!r}, not one of {'/'.join(words)}")
-    if code != CRITICAL:
-        return Decision(False, f"the check's last verdict {word!r} is not CRITICAL yet")
-    if at is None:
-        return Decision(False, f"the check's verdict {word!r} has no valid time")
+    unproven = proven_hang(verdict, policy, now)
+    if unproven is not None:
+        return unproven
+    word, at = verdict.word, verdict.at or 0.0
     age = now - at
-    if age > policy.max_verdict_age:
-        return Decision(False, f"the check's verdict {word!r} is {age:.0f} s old "
-                               f"(--max-verdict-age {policy.max_verdict_age:g}): not fresh")
-    if age < -CLOCK_SLACK:
-        return Decision(False, f"the check's verdict {word!r} is dated {-age:.0f} s in the future")
     last = max(restarts, default=None)
     if last is not None and at <= last:
         return Decision(False, f"verdict {word!r} was written {last - at:.0f} s before the last restart "
@@ -90,6 +81,27 @@ def decide(event: Event, verdict: Remembered | None, problem: str | None, restar
                                f"server, a human must look", "refuse")
     return Decision(True, f"verdict {word!r} ({verdict.text}) {age:.0f} s old, service CRITICAL HARD",
                     "restart")
+
+
+def proven_hang(verdict: Remembered, policy: Policy, now: float) -> Decision | None:
+    """The one gate for "a fresh proven hang", the restart's and --take-post-mortem's: None when the verdict is
+    one (a restartable word, or --proxy's, at CRITICAL, dated, not older than --max-verdict-age nor from the
+    future), else the refusal that says why."""
+    word, code, at = verdict.word, verdict.code, verdict.at
+    words = (*RESTARTABLE, PROXY) if policy.proxy else RESTARTABLE
+    if word not in words:
+        return Decision(False, f"the check's last verdict is {word!r}, not one of {'/'.join(words)}")
+    if code != CRITICAL:
+        return Decision(False, f"the check's last verdict {word!r} is not CRITICAL yet")
+    if at is None:
+        return Decision(False, f"the check's verdict {word!r} has no valid time")
+    age = now - at
+    if age > policy.max_verdict_age:
+        return Decision(False, f"the check's verdict {word!r} is {age:.0f} s old "
+                               f"(--max-verdict-age {policy.max_verdict_age:g}): not fresh")
+    if age < -CLOCK_SLACK:
+        return Decision(False, f"the check's verdict {word!r} is dated {-age:.0f} s in the future")
+    return None
 
 
 def this_hour(restarts: Sequence[float], now: float) -> int:

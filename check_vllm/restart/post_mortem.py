@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from check_vllm.contract.safe_text import without_userinfo
 from check_vllm.memory import statedir
+from check_vllm.restart.policy import Policy, proven_hang
 
 if TYPE_CHECKING:
     from check_vllm.contract.defaults import Options
@@ -178,20 +179,17 @@ def latest(root: Path, now: float | None = None) -> str:
 
 
 def take_now(plan: Plan, door: Door, url: str, process: Options, reach: Callable[[], Endpoint] | None,
-             max_age: float) -> str:
+             policy: Policy) -> str:
     """--take-post-mortem (a Kubernetes preStop hook, the Docker restarter): a post-mortem now, but only of a
-    proven hang: the check's last verdict restartable, CRITICAL, and fresh. Any other stop (a rollout, a scale
-    down, an operator's restart) collects nothing."""
+    proven hang, by the restart's own gate (policy.proven_hang). Any other stop (a rollout, a scale down, an
+    operator's restart) collects nothing."""
     import time
 
-    from check_vllm.contract.vocab import CRITICAL, RESTARTABLE
-
     last = door.kept.memory.last
-    if last is None or last.word not in RESTARTABLE or last.code != CRITICAL:
-        said = f"'{last.word}'" + ("" if last.code == CRITICAL else " (not CRITICAL)") if last else "none"
-        return f"no post-mortem: the check's last verdict is {said}, not a proven hang"
-    age = time.time() - (last.at or 0.0)
-    if not 0 <= age <= max_age:
-        return f"no post-mortem: the check's verdict {last.word!r} is {age:.0f} s old (--max-verdict-age {max_age:g})"
+    if last is None:
+        return "no post-mortem: the check has left no verdict, not a proven hang"
+    refused = proven_hang(last, policy, time.time())
+    if refused is not None:
+        return f"no post-mortem: {refused.why}, not a proven hang"
     why = f"--take-post-mortem: verdict {last.word!r} ({last.text})"
     return take(plan, door, url, process, reach, evidence(url, door, {}, why, []))

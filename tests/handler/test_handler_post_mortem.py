@@ -161,8 +161,8 @@ def test_take_post_mortem_collects_only_a_proven_hang(server, tmp_path):
     check_file(state, sim.url, proxy=False).save(
         {"verdict": {"word": "busy", "state": 0, "text": "3 running", "at": time.time() - 1, "engines": {}}})
     busy = run_script(*take)
-    assert busy.code == 0 and "no post-mortem: the check's last verdict is 'busy' (not CRITICAL), not a proven " \
-        "hang" in busy.out, busy.out
+    assert busy.code == 0 and "no post-mortem: the check's last verdict is 'busy', not one of stuck/down/" \
+        "unresponsive, not a proven hang" in busy.out, busy.out
     plant_stuck(state, sim.url)
     stuck = run_script(*take)
     assert stuck.code == 0 and ": post-mortem: post-mortem in " in stuck.out, stuck.out + stuck.err
@@ -171,6 +171,24 @@ def test_take_post_mortem_collects_only_a_proven_hang(server, tmp_path):
     # and the restart service's line names it
     status = run_script("check_vllm_restart", "--status", "--url", sim.url, "--state-dir", str(state))
     assert f"; last post-mortem {bundle}, " in status.out, status.out
+
+
+def test_take_post_mortem_asks_the_restarts_own_gate(server, tmp_path):
+    """--take-post-mortem and the restart decide "a fresh proven hang" by one gate (policy.proven_hang), in its
+    words: with --proxy the proxy's CRITICAL is one (a second gate refused it, though the handler restarts on it);
+    a verdict dated in the future is none, said as the restart says it (it was '-3600 s old')."""
+    sim, pid_file = server
+    state = tmp_path / "state"
+    take = ("check_vllm_restart", "--take-post-mortem", "--url", sim.url, "--state-dir", str(state), *named(pid_file))
+    plant_stuck(state, sim.url, ago=-3600.0)
+    future = run_script(*take)
+    assert future.code == 0 and "no post-mortem: the check's verdict 'stuck' is dated 3600 s in the future" \
+        in future.out, future.out
+    check_file(state, sim.url, proxy=True).save(
+        {"verdict": {"word": "proxy", "state": 2, "text": "proxy: /v1/models timed out", "at": time.time() - 1,
+                     "engines": {}}})
+    proxied = run_script(*take, "--proxy")
+    assert proxied.code == 0 and ": post-mortem: post-mortem in " in proxied.out, proxied.out + proxied.err
 
 
 def test_a_bad_key_file_costs_the_page_not_the_post_mortem_nor_the_restart(server, tmp_path):
