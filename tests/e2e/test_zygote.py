@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -63,12 +62,12 @@ def test_a_run_against_a_server_and_its_own_environment(tmp_path):
 
 
 def test_past_its_timeout_a_forked_run_is_killed_as_subprocess_run_kills(zygote, tmp_path):
-    started = time.monotonic()
     # nothing listens on port 9 of this host, so the witness asks --pid-command, which takes 5 s to give up on
-    with pytest.raises(subprocess.TimeoutExpired):  # -t 60 would answer after 5 s; the caller waits 1 s
+    # (-t 60 would answer then); the caller waits 1 s. The raise is the proof, no clock: a run that answered, however
+    # late, returns its answer, and only a child the zygote killed at the caller's time-out raises
+    with pytest.raises(subprocess.TimeoutExpired):
         zygote.run("check_vllm", ["-u", "http://127.0.0.1:9", "--pid-command", "sleep 30", "-t", "60",
                                   "--state-dir", str(tmp_path)], dict(os.environ), timeout=1)
-    assert time.monotonic() - started < 10
     assert zygote.run("check_vllm", ["--version"], dict(os.environ), timeout=30)[0] == 3  # and it serves on
 
 

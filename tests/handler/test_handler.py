@@ -108,7 +108,9 @@ def plant_verdict(tmp: Path, word: str, state: int, age: float = 1.0, url: str =
 
 def test_restarts_once_on_a_real_down_verdict_and_writes_the_marker(tmp_path):
     real_down_verdict(tmp_path)
+    before = time.time()
     out = handler(tmp_path, "--log", str(tmp_path / "handler.log"))
+    after = time.time()
     assert out.code == 0, out.out + out.err
     assert restarts(tmp_path) == 1
     [line] = out.out.splitlines()
@@ -118,7 +120,7 @@ def test_restarts_once_on_a_real_down_verdict_and_writes_the_marker(tmp_path):
     marker = marker_path(tmp_path / "state", URL)
     assert stat.S_IMODE(marker.stat().st_mode) == 0o600
     at = read_marker(marker, clock.now())
-    assert at is not None and abs(time.time() - at.wall) < 30 and at.boot == clock.boot_id()
+    assert at is not None and before <= at.wall <= after and at.boot == clock.boot_id()  # dated by this restart
     hist = json.loads(history_path(tmp_path / "state", URL).read_text())["data"]["restarts"]
     assert [(h["verdict"], h["rc"]) for h in hist] == [("down", 0)]
 
@@ -202,11 +204,13 @@ def test_a_restart_dated_in_the_future_counts_from_now_not_until_the_clock_catch
 
     time.sleep(0.05)
     plant_verdict(tmp_path, "stuck", 2, age=0.0)
+    before = time.time()
     seen = handler(tmp_path, "--cooldown", "1")
+    after = time.time()
     assert restarts(tmp_path) == 1, seen.out
     assert "in the future (the clock stepped back): counted from now" in seen.out, seen.out
     [entry] = json.loads(path.read_text())["data"]["restarts"]
-    assert abs(entry["at"] - time.time()) < 30 and abs(entry["done"] - time.time()) < 30, entry
+    assert before <= entry["at"] <= after and before <= entry["done"] <= after, (before, entry, after)  # now's
 
     time.sleep(1.1)
     plant_verdict(tmp_path, "stuck", 2, age=0.0)  # a check of the server since the step: still stuck
@@ -279,10 +283,10 @@ def test_a_failed_restart_exits_1_removes_the_marker_and_still_counts(tmp_path):
 
 def test_a_hanging_restart_is_killed(tmp_path):
     plant_verdict(tmp_path, "down", 2)
-    t0 = time.monotonic()
-    out = handler(tmp_path, "--command-timeout", "1", command=["sleep", "30"])
-    assert out.code == 1 and "timed out" in out.out
-    assert time.monotonic() - t0 < 15
+    # no clock: the command sleeps past the run's own limit (run_script's 60 s), so a handler that waited it out
+    # fails there; the line says the handler's --command-timeout ended it
+    out = handler(tmp_path, "--command-timeout", "1", command=["sleep", "300"])
+    assert out.code == 1 and "timed out after 1 s and was killed" in out.out, out.out
 
 
 def test_a_missing_command_binary_is_a_failed_restart(tmp_path):
@@ -361,12 +365,11 @@ def test_a_command_that_leaves_the_server_running_in_the_background_is_done_when
     plant_verdict(tmp_path, "down", 2)
     pid_file = tmp_path / "server.pid"
     command = ["sh", "-c", f"sleep 300 & echo $! > {pid_file}; echo started the server"]
-    t0 = time.monotonic()
     out = handler(tmp_path, "--command-timeout", "30", command=command)
-    took = time.monotonic() - t0
     server = int(pid_file.read_text())
     try:
-        assert took < 15, f"waited {took:.0f} s for the background server's output to close"
+        # no clock: a handler that waited for the output to close (the server's, for 300 s) would have hit
+        # --command-timeout 30 and said the command timed out
         assert out.code == 0 and ": restarted:" in out.out, out.out + out.err
         assert read_marker(marker_path(tmp_path / "state", URL), clock.now()) is not None
         os.kill(server, 0)  # still running: raises ProcessLookupError if the handler killed it

@@ -15,6 +15,7 @@ from check_vllm.cli.peers import allowed, parse_allow
 from check_vllm.haproxy import listen
 from check_vllm.haproxy.listen import AgentServer
 from tests.rig.scripts import script
+from tests.rig.waiting import wait_for
 
 LINE = "up ready 100% #idle: test\n"
 
@@ -63,11 +64,13 @@ def test_tricklers_hold_no_slot_past_the_deadline_and_a_real_peer_is_answered(ag
         for p in peers:
             p.start()
         time.sleep(0.5)  # every slot taken, if a trickler could take one for good
-        got, took = ask(port)
-        assert got == LINE.encode() and took < listen.DEADLINE + 0.5, (got, took)
-        time.sleep(listen.DEADLINE + 1.5)
-        assert len(closed) == len(peers), f"{len(peers) - len(closed)} trickling peers still connected"
-        assert max(closed) < listen.DEADLINE + 1.5, closed
+        got, _ = ask(port)
+        assert got == LINE.encode(), got  # answered is the point; how fast a loaded machine answers proves nothing
+        wait_for("every trickling peer closed", lambda: len(closed) == len(peers), 60,
+                 diag=lambda: f"{len(peers) - len(closed)} trickling peers still connected")
+        # the bound is the product's own figure: listen.DEADLINE (1 s in all after the reply) x5; a trickler the
+        # deadline missed is never closed (each of its bytes arrives in time)
+        assert max(closed) < 5 * listen.DEADLINE, closed
     finally:
         stop.set()
         for p in peers:
@@ -99,40 +102,38 @@ def test_a_bad_allow_is_a_usage_error():
     assert "Traceback" not in done.stderr
 
 
-def test_the_agent_answers_from_its_first_second_and_stops_on_sigterm_while_its_first_reading_hangs():
+def test_the_agent_answers_and_stops_on_sigterm_while_its_first_reading_hangs():
     """Issue 38: the agent judged once before it listened, so a first reading that hung (a server that accepts
     and says nothing; before, a host look that blocked) left HAProxy and the kubelet unanswered, and SIGTERM
-    unheard. Now both listeners answer within 1 s of the start (no verdict yet: the agent is starting), and
-    SIGTERM ends it at once."""
+    unheard. Now both listeners answer while the first reading still hangs (no verdict yet: the agent is starting),
+    and SIGTERM ends it then. No clock decides: the first reading is given --timeout 600 against a server silent for
+    as long, so an answer, or an exit, within the waits' ceilings can only have come while it hung."""
     from tests.rig.loopback import RawServer
     from tests.rig.ports import free_port
 
-    silent = RawServer(lambda conn, stop: stop.wait(30)).__enter__()
+    silent = RawServer(lambda conn, stop: stop.wait(600)).__enter__()
     port, probes = free_port(), free_port()
     proc = subprocess.Popen([script("check_vllm_agent"), "-u", silent.url, "--listen",
-                             f"127.0.0.1:{port}", "--probe-listen", f"127.0.0.1:{probes}", "--timeout", "20"],
+                             f"127.0.0.1:{port}", "--probe-listen", f"127.0.0.1:{probes}", "--timeout", "600"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        started = time.monotonic()
-        got = b""
-        while not got and time.monotonic() - started < 5:
+        def answer() -> bytes:
             try:
-                got, _ = ask(port, timeout=2)
-            except OSError:
-                time.sleep(0.05)
-        answered = time.monotonic() - started
+                return ask(port, timeout=10)[0]
+            except OSError:  # not listening yet
+                return b""
+
+        got = wait_for("the agent's first answer", answer, 60, interval=0.05)
         assert got.startswith(b"drain") or got.startswith(b"up"), got
-        assert answered < 1.5, f"the agent answered {answered:.2f} s after its start"
-        with socket.create_connection(("127.0.0.1", probes), timeout=2) as s:
+        with socket.create_connection(("127.0.0.1", probes), timeout=10) as s:
             s.sendall(b"GET /livez HTTP/1.0\r\n\r\n")
             reply = b""
             while chunk := s.recv(4096):  # HTTP/1.0: the agent closes after its answer
                 reply += chunk
         assert reply.startswith(b"HTTP/1.0 200") and b"liveness pass in spite of: " in reply, reply
-        t0 = time.monotonic()
+        wait_for("the first reading to reach the silent server", lambda: silent.accepted, 60)  # and there it hangs
         proc.terminate()
-        assert proc.wait(5) == 0
-        assert time.monotonic() - t0 < 2, "SIGTERM was heard late"
+        assert proc.wait(60) == 0, "SIGTERM unheard while the first reading hangs"
     finally:
         if proc.poll() is None:
             proc.kill()

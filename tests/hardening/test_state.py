@@ -101,7 +101,7 @@ def test_fifo_where_the_state_goes_does_not_hang(check, tmp_path, busy):
     path.parent.mkdir(parents=True)
     os.mkfifo(path)
     r = check("-u", busy.url, "-t", "5", *FAST)
-    assert r.seconds < 4, f"blocked on a FIFO for {r.seconds:.1f} s: {r.out}"
+    # no clock: a run blocked on the FIFO (nothing ever writes to it) would end at -t, UNKNOWN, never OK busy
     assert (r.code, r.word) == (OK, "busy"), r.out
     assert "not a regular file" in r.status
     assert path.is_file() and not path.is_symlink()  # the FIFO was replaced by a real state file

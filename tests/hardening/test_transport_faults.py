@@ -271,4 +271,5 @@ def test_a_dripping_body_is_unresponsive_with_its_streak(check):
     for r, code, count in ((first, WARNING, "1"), (second, CRITICAL, "2")):
         m = line.match(r.first)
         assert m and r.code == code and m.group(2) == count, r.out
-        assert r.seconds < 6 + 1.5, r.seconds
+        # the bound is the product's own figure: -t 6, the run's whole budget, x5; the drip never ends
+        assert r.seconds < 5 * 6, r.seconds

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
+from tests.rig.waiting import wait_for
 from vllm_simulator import LlamacppOptions, Simulator
 
 MODELS = ("alpha", "beta", "gamma")
@@ -90,8 +91,9 @@ def test_scenario_modes_are_per_model_and_a_sleeping_child_is_listed_so(make_rou
     time.sleep(0.3)
     assert decodes(sim, "alpha") != first[0] and decodes(sim, "beta") == first[1]
     sleepy = make_router(sleep_idle_seconds=0.4)
-    time.sleep(0.8)  # the children started 0.1 s apart, after the router
-    assert states(sleepy) == {"alpha": "sleeping", "beta": "sleeping", "gamma": "unloaded"}
+    asleep = {"alpha": "sleeping", "beta": "sleeping", "gamma": "unloaded"}  # each after its 0.4 s idle
+    wait_for("both loaded children asleep", lambda: states(sleepy) == asleep, 60, interval=0.1,
+             diag=lambda: str(states(sleepy)))
     assert metrics(sleepy, "alpha", **NO_LOAD).status_code == 200 and states(sleepy)["alpha"] == "sleeping"
 
 

@@ -5,13 +5,13 @@ Each test reads the row's fields and checks the wire against them, so a new row 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.rig.waiting import wait_for
 from vllm_simulator import BY_NAME, SCENARIOS, TABLE, EngineMode, MetricsAnswer, Scenario, Simulator, demo, main
 
 #: (running, waiting) each mode shows on an engine with 2 slots and no real requests.
@@ -125,9 +125,7 @@ def test_every_silent_row_closes_the_port_and_its_timer_reopens_it(sim: Simulato
     assert switch(sim, {"scenario": entry.name, "seconds": 0.3}).json() == {"scenario": entry.name}
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{sim.url}/health", timeout=2)
-    deadline = time.monotonic() + 5
-    while sim.scenario == entry.name and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for("the timer to reopen the port", lambda: sim.scenario != entry.name, 60, interval=0.05)
     assert httpx.get(f"{sim.url}/_sim/scenario", timeout=5).json() == {"scenario": "idle"}
     assert sim.process_start_time > started
 

@@ -19,6 +19,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.rig.waiting import wait_for
 from vllm_simulator import (
     GENERATION_TOKENS_PER_SLOT_SECOND,
     PROMPT_TOKENS_PER_ENGINE_SECOND,
@@ -427,9 +428,7 @@ def test_cli_prints_its_url_serves_and_exits_0_on_sigterm() -> None:
         assert answer.json() == {"scenario": "dead"}
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"{url}/health", timeout=2)
-        back = time.monotonic() + 10
-        while not _answers(f"{url}/_sim/scenario") and time.monotonic() < back:
-            time.sleep(0.1)
+        wait_for("the subprocess back", lambda: _answers(f"{url}/_sim/scenario"), 60, interval=0.1)
         assert httpx.get(f"{url}/_sim/scenario", timeout=5).json() == {"scenario": "idle"}
         assert json.loads(httpx.get(f"{url}/_sim/requests", timeout=5).text)[0]["path"] == "/metrics"
     finally:

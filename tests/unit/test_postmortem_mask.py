@@ -150,6 +150,6 @@ def test_a_dump_of_any_shape_is_masked_in_linear_time(data):
     (a run a pattern may start anywhere in) take milliseconds, where a quadratic scan takes tens of seconds."""
     started = time.monotonic()
     Secrets(["sk-known"]).scrub(data)
-    # the bound is the product's own figure: the whole collection's default budget (20 s), which the masking
-    # must fit in; a linear scan takes ~0.01 s here (2000x under it), a backtracking one took over 60 s
+    # the bound is the product's own figure: the whole collection's default --post-mortem-budget (BUDGET, 20 s),
+    # which the masking must fit in; a linear scan takes ~0.01 s here (2000x under it), a backtracking one over 60 s
     assert time.monotonic() - started < BUDGET
