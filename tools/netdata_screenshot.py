@@ -232,7 +232,7 @@ def shrink(path: Path) -> None:
 def state_now(agent: Agent) -> str | None:
     doc = agent.get(f"/api/v1/data?chart=vllm_{JOB}.state&after=-2&format=json")
     row = next((r for r in doc["data"] if None not in r[1:]), None)
-    return next((doc["labels"][i] for i, v in enumerate(row or []) if i and v == 1), None)
+    return next((doc["labels"][i] for i, v in enumerate(row or []) if i and v), None)  # 1 + its state
 
 
 def watch(agent: Agent, seconds: float, seen: list[tuple[float, str]]) -> None:

@@ -2,7 +2,9 @@
 `check_vllm --help`, the agent's in docs/haproxy-agent.md from `check_vllm_agent --help`, the README's
 verdict table from the contract's table (check_vllm.contract.vocab.VERDICTS), docs/probes.md's probe table from
 check_vllm.probes.answers, docs/how-it-decides.md's sample lines (from the golden table of
-tests/e2e/test_golden.py) and exit-code table, and the README's reliability tables and docs/soak.md's tables of
+tests/e2e/test_golden.py) and exit-code table, docs/frontends.md's table of every verdict in every front end
+(tools/frontends.py), the Netdata verdict alarms (contrib/netdata/health.d/vllm.conf and docs/netdata.md's table,
+from check_vllm.netdata.alarms), and the README's reliability tables and docs/soak.md's tables of
 the run from the report of one 60-minute soak (docs/soak-60min.json, written by `SOAK_MINUTES=60 tox -e soak`).
 
 docs/usage.md's table of the options the front ends share comes from check_vllm.cli.option_table.
@@ -44,6 +46,11 @@ NETDATA_DOC = USAGE.parent / "netdata.md"
 N_START, N_END = "<!-- netdata-keys:start -->", "<!-- netdata-keys:end -->"
 NETDATA_CONF = USAGE.parent.parent / "contrib" / "netdata" / "vllm.conf"
 C_START, C_END = "# keys:start (generated from the option table: tools/update_readme.py)", "# keys:end"
+HEALTH_CONF = NETDATA_CONF.parent / "health.d" / "vllm.conf"
+L_START, L_END = "# alarms:start (generated from check_vllm/netdata/alarms.py: tools/update_readme.py)", "# alarms:end"
+T_START, T_END = "<!-- netdata-alarms:start -->", "<!-- netdata-alarms:end -->"
+FRONTENDS = USAGE.parent / "frontends.md"
+F_START, F_END = "<!-- frontends:start -->", "<!-- frontends:end -->"
 #: Each engine's page (docs/), by its row's key: its row's table is generated into it.
 ENGINE_PAGES = {"vllm": "versions.md", "llamacpp": "llamacpp.md", "sglang": "sglang.md"}
 #: What ends a run with each code besides the verdict words that carry it (the contract table owns those).
@@ -165,8 +172,41 @@ def netdata_conf_keys() -> str:
     return "\n".join(lines) + "\n"
 
 
+def netdata_alarms() -> str:
+    """docs/netdata.md's table of the verdict alarms (check_vllm.netdata.alarms), and the words never alarmed."""
+    from check_vllm.contract.vocab import BY_WORD, CODE_NAMES, UNKNOWN, WARNING
+    from check_vllm.netdata.alarms import ALARMS, CRIT, QUIET, WARN, level_of
+    from check_vllm.netdata.charts import state_value, word_id
+
+    def at(word: str, level: str) -> str:
+        return ", ".join(f"{CODE_NAMES[s]} (`{state_value(s)}`)" for s in BY_WORD[word].states
+                         if level_of(word, s) == level) or "never"
+
+    lines = ["| alarm | on `vllm.state` | lookup | WARNING when the verdict is | CRITICAL when | says |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| `{a.name}` | `{word_id(a.word)}` | {a.window}, every {a.every} | {at(a.word, WARN)} | "
+              f"{at(a.word, CRIT)} | {a.info} |" for a in ALARMS]
+    quiet = [f"- `{word}` at " + ", ".join(CODE_NAMES[s] for s in BY_WORD[word].states if s in (WARNING, UNKNOWN))
+             + f": {why}" for word, why in QUIET.items()]
+    return "\n".join([*lines, "", "Charted, never an alarm (a verdict at OK never is):", "", *quiet]) + "\n"
+
+
 def render_netdata(text: str) -> str:
-    return _between(text, N_START, N_END, netdata_keys())
+    return _between(_between(text, N_START, N_END, netdata_keys()), T_START, T_END, netdata_alarms())
+
+
+def render_health_conf(text: str) -> str:
+    from check_vllm.netdata.alarms import health_conf
+
+    return _between(text, L_START, L_END, health_conf())
+
+
+def render_frontends(text: str) -> str:
+    """docs/frontends.md's table: every verdict's answer in every front end (tools/frontends.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from frontends import table
+
+    return _between(text, F_START, F_END, table())
 
 
 def render_netdata_conf(text: str) -> str:
@@ -410,6 +450,7 @@ if __name__ == "__main__":
     for path, renderer in ((USAGE, render), (AGENT, render_agent), (README, render_readme), (PROBES, render_probes),
                            (HANDLER, render_handler), (DECIDES, render_decides), (SOAK_DOC, render_soak),
                            (NETDATA_DOC, render_netdata), (NETDATA_CONF, render_netdata_conf),
+                           (HEALTH_CONF, render_health_conf), (FRONTENDS, render_frontends),
                            *((USAGE.parent / page, render_engine(key)) for key, page in ENGINE_PAGES.items())):
         text = path.read_text()
         new = renderer(text)

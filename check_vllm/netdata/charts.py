@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from check_vllm.contract.safe_text import one_line, without_userinfo
 from check_vllm.contract.values import Reading
 from check_vllm.contract.verdict import Verdict
-from check_vllm.contract.vocab import WORDS
+from check_vllm.contract.vocab import CODE_NAMES, WORDS
 
 from .config import Job
 
@@ -56,9 +56,16 @@ def word_id(word: str) -> str:
     return word.replace(" ", "_")
 
 
+def state_value(code: int) -> int:
+    """The current verdict's dimension on vllm.state: 1 + its state (1 OK, 2 WARNING, 3 CRITICAL, 4 UNKNOWN), so
+    that an alarm on the word's dimension follows the state (check_vllm.netdata.alarms); every other word is 0."""
+    return 1 + code
+
+
 CHARTS: tuple[Chart, ...] = (
-    Chart("state", "LLM server verdict (1 = the current verdict, as check_vllm words it)", "state", "health", "line",
-          tuple(Dim(word_id(w), w) for w in WORDS), needs_metrics=False),
+    Chart("state", "LLM server verdict (the current word at 1 + its state: "
+          + ", ".join(f"{state_value(code)} {name}" for code, name in enumerate(CODE_NAMES)) + ")",
+          "state", "health", "line", tuple(Dim(word_id(w), w) for w in WORDS), needs_metrics=False),
     Chart("requests", "LLM server requests", "requests", "requests", "line",
           (Dim("running", "running", field="running"), Dim("waiting", "waiting", field="waiting")), per_engine=True),
     Chart("tokens", "LLM server tokens processed", "tokens/s", "throughput", "line",
@@ -121,7 +128,7 @@ def collect(job: Job, verdict: Verdict, reading: Reading | None, engines: tuple[
             probe_seconds: float | None) -> dict[str, dict[str, int]]:
     """The flat {chart: {dimension: int}} of one tick. Charts without a value this tick are left out."""
     data: dict[str, dict[str, int]] = {
-        "state": {word_id(w): int(w == verdict.word) for w in WORDS},
+        "state": {word_id(w): state_value(verdict.code) if w == verdict.word else 0 for w in WORDS},
         "stalled": {"stalled": int(round((verdict.stalled_seconds or 0.0) * 1000))},
     }
     if probe_seconds is not None and job.completes_when_idle:

@@ -12,11 +12,11 @@ probe takes the pod out of its Service, a startup probe holds the other two back
   the monitor's own fault.
 - startup passes once the server has served: a /metrics reading this run, or a verdict that it serves, or its
   own model list naming the model where /metrics cannot be read (llama.cpp without --metrics, SGLang without
-  --enable-metrics, a key the page refuses: for ever `no metrics`, which must not fail startup for ever). When
-  the check itself faulted it cannot tell, and neither answer is safe (fail may restart a loaded server once
-  its failureThreshold is spent, pass hands a loading one to liveness early); it passes only when the state
-  file says the server served before, else fails. Liveness then passes on a loading server anyway
-  (starting is not proof), so an early hand-over costs nothing.
+  --enable-metrics, a key the page refuses: for ever `no metrics`, which must not fail startup for ever; a
+  --proxy job, which never reads it). When the check itself faulted it cannot tell, and neither answer is safe
+  (fail may restart a loaded server once its failureThreshold is spent, pass hands a loading one to liveness
+  early); it passes only when the state file says the server served before, else fails. Liveness then passes
+  on a loading server anyway (starting is not proof), so an early hand-over costs nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ from check_vllm.contract.safe_text import clean
 from check_vllm.contract.vocab import CODE_NAMES, CRITICAL, OK, RESTARTABLE, UNKNOWN
 
 LIVENESS, READINESS, STARTUP = "liveness", "readiness", "startup"
+#: The words whose verdict may rest on the server's model list alone (Seen.loaded): /metrics off or refused, a
+#: --proxy job's, which never reads it.
+LISTS_ITS_MODEL = (vocab.NO_METRICS, vocab.PROXY)
 #: The probe kinds, in the order the kubelet runs them in a pod's life (startup gates the other two).
 KINDS = (STARTUP, READINESS, LIVENESS)
 #: The option, as the command line and the pre-scan (kind_in) both spell it.
@@ -132,7 +135,7 @@ def served(seen: Seen) -> bool:
 def startup(seen: Seen) -> Answer:
     if served(seen):
         return Answer(STARTUP, True, said(seen), in_spite=_ours(seen))
-    if seen.loaded and seen.word == vocab.NO_METRICS and not _ours(seen):  # its model list says it has loaded
+    if seen.loaded and seen.word in LISTS_ITS_MODEL and not _ours(seen):  # its model list says it has loaded
         return Answer(STARTUP, True, f"{said(seen)} (it lists its model: loaded)", in_spite=True)
     if _ours(seen) and seen.served_before:
         return Answer(STARTUP, True, f"{said(seen)} (it served before)", in_spite=True)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from check_vllm.contract.vocab import BY_WORD, CRITICAL, UNKNOWN, WARNING, WORDS
+from check_vllm.contract.vocab import BY_WORD, CRITICAL, OK, UNKNOWN, WARNING, WORDS
+from check_vllm.netdata import alarms as health
 from check_vllm.netdata import charts
 from check_vllm.netdata.collector import JobCollector, Output, run_job
 from check_vllm.netdata.config import Job
@@ -203,35 +204,55 @@ def alarms() -> dict[str, dict[str, str]]:
     return out
 
 
-#: Verdict words the shipped health.d raises no alarm on, and why. A word added to the contract must be
-#: placed here or given an alarm: the test below fails until it is.
-QUIET = {
-    "busy": "OK", "idle": "OK (a WARNING idle is a rejected probe: the server answers)", "restarted": "OK",
-    "sleeping": "OK", "starting": "a restart's normal course, never an alarm",
-    "stopping": "a restart's normal course too (bounded by --stop-grace, then down, which alarms)",
-    "no metrics": "the server answers /v1/models: a configuration matter, charted",
-    "proxy": "a proxy job reads no /metrics; its WARNING is a 4xx, charted",
-    "protocol": "the URL points at something that is not HTTP: a configuration matter, charted",
-    "paused": "paused on purpose by its trainer (a weight update): charted, never an alarm",
-}
+def _holds(expression: str, value: float) -> bool:
+    """A health.d expression of comparisons of $this, AND, OR and parentheses, at $this = value."""
+    assert set(expression.replace("$this", "").replace("AND", "").replace("OR", "")) <= set("0123456789.<>=() "), \
+        expression
+    return bool(eval(expression.replace("$this", repr(value)).replace("AND", "and").replace("OR", "or")))  # noqa: S307
 
 
 def test_every_verdict_word_has_an_alarm_or_a_reason_and_alarms_match_its_states():
-    """Issues 17 (part 4) and 18: the contract's table against the shipped alarms. Every word is alarmed or
-    listed quiet, never both (`starting` is never an alarm); an alarm goes CRITICAL only on a word that can be
-    CRITICAL, WARNING only on one that can be WARNING or UNKNOWN (a Netdata alarm has no UNKNOWN)."""
+    """Issues 17 (part 4), 18 and 52: the contract's table against the shipped alarms. Every word is alarmed at its
+    WARNING or UNKNOWN or listed quiet there with why (`starting` is never an alarm); every word that can be
+    CRITICAL is alarmed CRITICAL exactly at its CRITICAL, WARNING only at a WARNING or UNKNOWN (a Netdata alarm has
+    no UNKNOWN): the template tests the value the collector charts for that state, never the word alone."""
     state = {spec["lookup"].split(" of ")[-1]: spec for spec in alarms().values() if spec["on"] == "vllm.state"}
     ids = {charts.word_id(w): w for w in WORDS}
     assert set(state) <= set(ids), set(state) - set(ids)
-    alarmed = {ids[d] for d in state}
-    assert alarmed.isdisjoint(QUIET) and alarmed | set(QUIET) == set(WORDS), set(WORDS) - alarmed - set(QUIET)
+    assert [spec["template"] for spec in state.values()] == list(health.NAMES)
     for dim, spec in state.items():
-        states = BY_WORD[ids[dim]].states
-        assert "crit" in spec or "warn" in spec, spec
-        assert "crit" not in spec or CRITICAL in states, (dim, states)
-        assert "warn" not in spec or WARNING in states or UNKNOWN in states, (dim, states)
+        word = ids[dim]
+        states = BY_WORD[word].states
+        want = {level: {charts.state_value(s) for s in states if s in at}
+                for level, at in (("crit", (CRITICAL,)), ("warn", (WARNING, UNKNOWN) if word not in health.QUIET
+                                                          else ()))}
+        # which values each level's expression holds for: the charted states', and within half a step of them
+        # (Netdata interpolates a step from 2 to 3 through the values between)
+        holds = {level: {v for v in (0, 1, 2, 3, 4) if level in spec and _holds(spec[level], v)} for level in want}
+        assert holds == want, (word, spec)
+        assert all(_holds(spec[level], v + 0.3) and _holds(spec[level], v - 0.3) for level in want for v in want[level])
+        assert spec["template"] == f"vllm_{dim}" and ("crit" in spec or "warn" in spec), spec
+    for word in WORDS:
+        row = BY_WORD[word]
+        alarmed = charts.word_id(word) in state
+        assert alarmed is any(s != OK and (s == CRITICAL or word not in health.QUIET) for s in row.states), word
+        assert word not in health.QUIET or any(s in (WARNING, UNKNOWN) for s in row.states), word
 
 
+def test_the_state_chart_carries_the_state_so_unresponsive_critical_raises_critical():
+    """The current word's dimension is 1 + its state: the alarm on `unresponsive` tells its CRITICAL (3) from its
+    WARNING (2); an OK word is 1, every other 0 (issue 52: it was 1 at both states, the alarm WARNING at both)."""
+    from check_vllm.contract.kept import Memory
+    from check_vllm.contract.verdict import Verdict
+
+    job = Job("t", "http://127.0.0.1:1")
+    for code, value, raised in ((WARNING, 2, ("vllm_unresponsive", health.WARN)),
+                                (CRITICAL, 3, ("vllm_unresponsive", health.CRIT))):
+        values = charts.collect(job, Verdict("unresponsive", code, "", Memory()), None, (), None)["state"]
+        assert {d: v for d, v in values.items() if v} == {"unresponsive": value}
+        assert health.raised("unresponsive", value) == raised
+    busy = charts.collect(job, Verdict("busy", OK, "", Memory()), None, (), None)["state"]
+    assert {d: v for d, v in busy.items() if v} == {"busy": 1} and health.raised("busy", 1) is None
 
 
 def test_sglang_busy_then_frozen_is_told_by_counters_and_the_probe_never_by_its_lagging_gauges(make_sim, clock):

@@ -59,7 +59,7 @@ def netdata_state(tmp_path: Path, job: str, want: str | None = None, timeout: fl
             line = proc.stdout.readline()  # type: ignore[union-attr]
             if line.startswith("BEGIN "):
                 inside = line.split()[1] == "vllm_j.state"
-            elif inside and line.startswith("SET ") and line.split()[-1] == "1":
+            elif inside and line.startswith("SET ") and line.split()[-1] != "0":
                 seen = line.split()[1]
     finally:
         proc.terminate()

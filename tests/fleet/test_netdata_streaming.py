@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from check_vllm.contract.vocab import CRITICAL
+from check_vllm.netdata.charts import state_value
 from vllm_simulator import Simulator
 
 from ..netdata.agent import Agent, NetdataError
@@ -155,7 +157,7 @@ def test_the_parent_raises_vllm_stuck_for_the_childs_frozen_server(pair, sim):
             a := parent.get(f"/host/{CHILD}/api/v1/alarms")["alarms"].get("vllm_sim.state.vllm_stuck", {})
         ).get("status") == "CRITICAL" and a, 60)
     print(f"stuck raised on the parent {time.monotonic() - started:.1f} s after the freeze")
-    assert alarm["value"] == 1 and alarm["chart"] == "vllm_sim.state", alarm
+    assert alarm["value"] == state_value(CRITICAL) and alarm["chart"] == "vllm_sim.state", alarm  # 1 + CRITICAL
     assert sim.inference_requests() == []
     # the parent's own host has no such alarm: it belongs to the child
     assert not [k for k in parent.get("/api/v1/alarms?all")["alarms"] if k.startswith("vllm_")]

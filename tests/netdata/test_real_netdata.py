@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from check_vllm.contract.vocab import CRITICAL
+from check_vllm.netdata.alarms import NAMES
+from check_vllm.netdata.charts import state_value
 from vllm_simulator import Simulator
 
 from .agent import Agent, free_port
@@ -23,8 +26,10 @@ from .agent import Agent, free_port
 pytestmark = pytest.mark.netdata
 
 CHARTS = ("state", "requests", "tokens", "steps", "kv_cache", "probe", "stalled")
-ALARMS = ("vllm_stuck", "vllm_down", "vllm_stalling", "vllm_unresponsive", "vllm_unreachable", "vllm_balancer",
-          "vllm_waiting_growth")
+#: Every template of the shipped health.d: the verdict alarms (check_vllm.netdata.alarms), and the queue's.
+ALARMS = (*NAMES, "vllm_waiting_growth")
+#: A verdict's dimension at CRITICAL on vllm.state (1 + the state; the other words are 0).
+CRITICAL_VALUE = state_value(CRITICAL)
 
 
 @pytest.fixture(scope="module")
@@ -85,14 +90,14 @@ def test_real_values_arrive_every_second_despite_a_dead_and_a_slow_job(agent):
     assert tokens and all(r[2] and r[2] > 0 for r in tokens if r[2] is not None)  # generation tokens/s
     _, state = points(agent, "vllm_sim.state", 3)
     labels = agent.get("/api/v1/data?chart=vllm_sim.state&after=-3&format=json")["labels"]
-    assert {labels[i] for i, v in enumerate(state[0]) if i and v == 1} == {"busy"}
+    assert {labels[i]: v for i, v in enumerate(state[0]) if i and v} == {"busy": 1}  # OK: 1 + 0
 
 
 def test_the_dead_and_the_slow_job_are_chart_values(agent):
     def last_word(job: str) -> str | None:
         doc = agent.get(f"/api/v1/data?chart=vllm_{job}.state&after=-2&format=json")
         row = next((r for r in doc["data"] if None not in r[1:]), None)
-        return next((doc["labels"][i] for i, v in enumerate(row or []) if i and v == 1), None)
+        return next((doc["labels"][i] for i, v in enumerate(row or []) if i and v), None)  # 1 + its state
 
     agent.wait_for("dead job shows down", lambda: last_word("dead") == "down", 10)
     agent.wait_for("slow job shows unresponsive", lambda: last_word("slow") == "unresponsive", 15)
@@ -112,6 +117,16 @@ def test_a_dead_server_raises_the_down_alarm(agent):
                    .get("vllm_dead.state.vllm_down", {}).get("status") == "CRITICAL", 40)
 
 
+def test_a_slow_server_proven_unresponsive_raises_its_alarm_critical(agent):
+    """Issue 52: the alarm follows the verdict's state. Its /metrics slower than the job's timeout, the slow job is
+    unresponsive WARNING, then CRITICAL once it lasted as long as stuck needs (4 s here); keyed on the word alone,
+    the alarm stayed WARNING."""
+    alarm = agent.wait_for("vllm_unresponsive CRITICAL for the slow job", lambda: (
+        a := agent.get("/api/v1/alarms")["alarms"].get("vllm_slow.state.vllm_unresponsive", {}))
+        .get("status") == "CRITICAL" and a, 90)
+    assert alarm["value"] == CRITICAL_VALUE, alarm
+
+
 def test_a_frozen_engine_raises_the_stuck_alarm(agent, sims):
     alarms = agent.get("/api/v1/alarms")["alarms"]
     assert "vllm_sim.state.vllm_stuck" not in alarms  # busy so far: nothing raised
@@ -121,4 +136,4 @@ def test_a_frozen_engine_raises_the_stuck_alarm(agent, sims):
                            .get("vllm_sim.state.vllm_stuck", {}).get("status") == "CRITICAL"
                            and agent.get("/api/v1/alarms")["alarms"]["vllm_sim.state.vllm_stuck"], 45)
     print(f"stuck alarm raised {time.monotonic() - started:.1f} s after the freeze")
-    assert alarm["value"] == 1 and sims["sim"].inference_requests() == []
+    assert alarm["value"] == CRITICAL_VALUE and sims["sim"].inference_requests() == []

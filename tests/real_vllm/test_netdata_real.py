@@ -22,12 +22,12 @@ pytestmark = pytest.mark.real_vllm
 
 
 def state_word(text: str, job: str) -> str:
-    """The verdict dimension set to 1 on the job's state chart in one tick's protocol text."""
+    """The verdict dimension set on the job's state chart (to 1 + its state) in one tick's protocol text."""
     inside, on = False, []
     for line in text.splitlines():
         if line.startswith("BEGIN "):
             inside = line.split()[1] == f"vllm_{job}.state"
-        elif inside and line.startswith("SET ") and line.split()[-1] == "1":
+        elif inside and line.startswith("SET ") and line.split()[-1] != "0":
             on.append(line.split()[1])
     assert len(on) == 1, text
     return on[0]

@@ -164,3 +164,12 @@ def test_startup_passes_a_server_that_lists_its_model_without_a_reading():
     assert a.passed and a.line() == f"startup pass in spite of: WARNING {said} (it lists its model: loaded)"
     assert not answer(STARTUP, Seen(vocab.NO_METRICS, WARNING, said)).passed
     assert not answer(STARTUP, Seen(vocab.NO_METRICS, WARNING, said, fault="state not saved", loaded=True)).passed
+
+
+def test_startup_passes_a_proxy_job_whose_model_list_names_the_model():
+    """--proxy never reads /metrics: its OK (the model list names the model, Verdict.loaded) is its only sign of
+    having loaded. Startup passed only for `no metrics`: a proxy's startup probe failed for ever (issue 52)."""
+    said = "proxy: /v1/models answers; model tiny listed"
+    a = answer(STARTUP, Seen(vocab.PROXY, OK, said, loaded=True))
+    assert a.passed and a.line() == f"startup pass in spite of: {said} (it lists its model: loaded)"
+    assert not answer(STARTUP, Seen(vocab.PROXY, OK, said)).passed

@@ -180,3 +180,16 @@ def test_each_engine_has_its_page_with_its_rows_table_and_the_readme_names_it():
         assert f"(docs/{page.name})" in readme.split("## Two commands")[0], f"the README's first table links {page.name}"
         for path in row.routes.never:
             assert f"`{path}`" in text.split(tool.G_START)[1]
+
+
+def test_the_netdata_verdict_alarms_are_the_code_s():
+    """contrib/netdata/health.d/vllm.conf's verdict templates and docs/netdata.md's table of them come from
+    check_vllm.netdata.alarms (issue 52: the level follows the verdict's state)."""
+    tool = _tool()
+    conf, doc = tool.HEALTH_CONF.read_text(), tool.NETDATA_DOC.read_text()
+    assert conf.count(tool.L_START) == conf.count(tool.L_END) == 1
+    assert doc.count(tool.T_START) == doc.count(tool.T_END) == 1
+    assert tool.render_health_conf(conf) == conf, "health.d/vllm.conf is stale: run `python tools/update_readme.py`"
+    assert tool.render_netdata(doc) == doc, "docs/netdata.md is stale: run `python tools/update_readme.py`"
+    stale = conf.replace("     crit: ($this > 2.5 AND $this < 3.5)\n", "     warn: $this > 0\n", 1)
+    assert stale != conf and tool.render_health_conf(stale) != stale
