@@ -9,7 +9,8 @@ import argparse
 import signal
 import sys
 import threading
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from check_vllm import __version__
 from check_vllm.cli import option_table
@@ -18,7 +19,12 @@ from check_vllm.cli.option_table import AGENT
 from check_vllm.contract.defaults import SETTINGS
 from check_vllm.probes.answers import AGENT_PORT, host_port
 
-from . import reply
+from . import exposition, reply
+
+if TYPE_CHECKING:
+    from check_vllm.cli.peers import Network
+    from check_vllm.probes.answers import Seen
+    from check_vllm.probes.httpget import Page, ProbeServer
 
 PROG = AGENT
 DEFAULT_LISTEN = "127.0.0.1:5555"
@@ -48,11 +54,15 @@ def parser() -> argparse.ArgumentParser:
                    help="address for HAProxy's agent-port ([::1]:PORT for IPv6; default: %(default)s)")
     a.add_argument("--allow", action="append", metavar="ADDR[,ADDR]",
                    help="answer only these peers (addresses or networks, e.g. HAProxy's 10.0.0.2,10.0.1.0/24; "
-                        "repeatable): any other is closed at once, unanswered. Loopback is allowed only if listed. "
+                        "repeatable), on every listener: any other is closed at once, unanswered. Loopback is allowed only if listed. "
                         "Default: every peer that reaches --listen")
     a.add_argument("--probe-listen", metavar="HOST:PORT",
                    help="also answer a kubelet's or Docker's HTTP probes (GET /livez, /readyz, /startupz: 200 "
-                        "pass, 503 fail) from the same verdicts, as `check_vllm --probe` would (docs/probes.md)")
+                        "pass, 503 fail) from the same verdicts, as `check_vllm --probe` would (docs/probes.md), "
+                        "and Prometheus' GET /metrics")
+    a.add_argument("--metrics-listen", metavar="HOST:PORT",
+                   help="also serve the verdicts to Prometheus (GET /metrics, the text format; needs "
+                        "prometheus-client) on this address, to the --allow peers (docs/haproxy-agent.md)")
     a.add_argument("--interval", type=number(float, 0.5), default=DEFAULT_INTERVAL, metavar="S",
                    help="seconds between two readings of /metrics; about HAProxy's agent-inter (default: %(default)g)")
     option_table.add(a, AGENT, option_table.READING)
@@ -76,6 +86,17 @@ def _fail(code: int, message: str) -> NoReturn:
     sys.exit(code)
 
 
+def http_listener(where: tuple[str, int], text: str, seen: Callable[[], Seen] | None, allow: list[Network],
+                  page: Page | None) -> ProbeServer:
+    """--probe-listen's server (the probes, and /metrics when it can), or --metrics-listen's (/metrics only)."""
+    from check_vllm.probes.httpget import ProbeServer
+
+    try:
+        return ProbeServer(where, seen, allow, page, "" if page else exposition.MISSING)
+    except OSError as err:
+        _fail(1, f"cannot listen on {text}: {err.strerror or err}")
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     from check_vllm.cli.connection import Rotating
     from check_vllm.cli.peers import parse_allow
@@ -90,6 +111,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
         rotating = Rotating(args, AGENT)
         allow = [net for text in args.allow or () for net in parse_allow(text)]
         probe_address = host_port(args.probe_listen, AGENT_PORT, "--probe-listen") if args.probe_listen else None
+        metrics_address = host_port(args.metrics_listen, 0, "--metrics-listen") if args.metrics_listen else None
+        if metrics_address is not None and not exposition.available():
+            raise UsageError(f"--metrics-listen: {exposition.MISSING}")
     except (UsageError, ValueError) as err:
         _fail(2, f"usage: {err} (see --help)")
     settings = option_table.settings_from(args, AGENT, min_gap=min(SETTINGS.min_gap, 0.5 * args.interval))
@@ -101,13 +125,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except OSError as err:
         _fail(1, f"cannot listen on {args.listen}: {err.strerror or err}")
     servers: list[Any] = [server]
-    if probe_address is not None:
-        from check_vllm.probes.httpget import ProbeServer
-
-        try:
-            servers.append(ProbeServer(probe_address, lambda: watch.answer().seen, allow))
-        except OSError as err:
-            _fail(1, f"cannot listen on {args.probe_listen}: {err.strerror or err}")
+    page = (lambda: exposition.render(watch.scrape())) if exposition.available() else None
+    for where, text, seen in ((probe_address, args.probe_listen, lambda: watch.answer().seen),
+                              (metrics_address, args.metrics_listen, None)):
+        if where is not None:
+            servers.append(http_listener(where, text, seen, allow, page))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

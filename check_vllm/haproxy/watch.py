@@ -26,6 +26,7 @@ from check_vllm.probes.answers import Seen
 from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint
 
+from .exposition import IdleCompletion, Named, Scrape, named
 from .reply import NO_VERDICT, Reply, reply_for
 
 #: How long a connection in the agent's first moments waits for its first verdict.
@@ -40,6 +41,9 @@ class Latest(NamedTuple):
     at: float
     #: What the same judgement tells an orchestrator's probe (check_vllm.probes.answers).
     seen: Seen = Seen(fault="no verdict yet: the agent is starting")
+    #: The verdict itself and when it was judged on the wall clock (GET /metrics); None before the first.
+    verdict: Verdict | None = None
+    wall: float | None = None
 
     def line(self) -> str:
         return self.reply.line(self.summary)
@@ -56,7 +60,7 @@ class Watch:
         self.endpoint, self.settings, self.options = endpoint, settings, options
         self.every, self.probe_every, self.say = every, probe_every, say
         self.client = client or endpoint.client()
-        self.mono = mono
+        self.mono, self.wall = mono, wall or time.time
         now = clock.now if wall is None else given_clock(wall, mono)
         self.observer = Observer(self.client, endpoint, settings, options, probe_every, now=now, mono=mono,
                                  fresh=fresh if client is None else None, say=say)  # a given client stays
@@ -69,6 +73,10 @@ class Watch:
         #: An answer older than this is no verdict: the loop is wedged or dead (each read is bounded by
         #: its timeout, the probe by its own).
         self.stale_after = 3 * every + 2 * (options.metrics_timeout or 5.0) + options.probe_timeout
+        #: What GET /metrics adds to the latest verdict (check_vllm.haproxy.exposition).
+        self.named = Named()
+        self.idle: IdleCompletion | None = None
+        self.judgements = self.errors = 0
 
     @property
     def probes(self) -> int:
@@ -84,7 +92,11 @@ class Watch:
             self.served = self.served or seen.reading is not None
             told = Seen(verdict.word, verdict.code, verdict.summary, reading=seen.reading is not None,
                         served_before=self.served, loaded=verdict.loaded)
-            self._answer = Latest(reply, verdict.summary, self.mono(), told)
+            wall = self.wall()
+            self._answer = Latest(reply, verdict.summary, self.mono(), told, verdict, wall)
+            self.named, self.judgements = named(self.named, verdict, seen.reading), self.judgements + 1
+            if verdict.probe_seconds is not None:
+                self.idle = IdleCompletion(verdict.probe_seconds, wall)
         if reply != before:
             self.say(f"{before.name} -> {reply.name}: {verdict.summary}")
         return verdict
@@ -102,6 +114,14 @@ class Watch:
             return Latest(NO_VERDICT, why, got.at, Seen(fault=why, served_before=self.served))
         return got
 
+    def scrape(self) -> Scrape:
+        """What GET /metrics shows now: the latest verdict unless stale (as answer() says), the loop's own health."""
+        with self.lock:
+            got, labels, idle, judgements, errors = self._answer, self.named, self.idle, self.judgements, self.errors
+        age = self.mono() - got.at if got.verdict is not None else None
+        current = got.verdict if age is not None and age <= self.stale_after else None
+        return Scrape(self.endpoint.url, current, labels, idle, got.wall, age, self.stale_after, judgements, errors)
+
     def judge_safely(self, last_error: str = "") -> str:
         """judge(), where a bug costs one reading (the answer goes stale), said once; the error's text."""
         try:
@@ -111,6 +131,8 @@ class Watch:
             msg = f"reading failed: {err.__class__.__name__}: {err}"
             if msg != last_error:
                 self.say(msg)
+            with self.lock:
+                self.errors += 1
             return msg
         finally:
             self.first.set()

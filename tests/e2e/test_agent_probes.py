@@ -69,7 +69,7 @@ def test_the_agent_answers_httpget_probes_from_its_own_verdicts(sim: Simulator, 
     sim.set_scenario("stuck")
     live = until(agent, "/livez", 503)
     assert live.status_code == 503 and live.text.startswith("liveness fail: CRITICAL stuck: "), live.text
-    assert httpx.get(f"{agent}/metrics", timeout=5).status_code == 404
+    assert httpx.get(f"{agent}/metrics", timeout=5).status_code == 200  # the verdicts for Prometheus (issue 55)
     assert sim.inference_requests() == []  # every probe reads the agent's latest judgement, never the server
 
 

@@ -70,6 +70,7 @@ def test_dpkg_owns_every_file_where_monitoring_hosts_look():
               layout.STATE_DIR, *(layout.EXAMPLES / f for f in (
                   "icinga2/vllm-services.conf", "nagios/check_vllm.cfg", "netdata/vllm.conf",
                   "supervisor/vllm.conf", "sudoers.d/check_vllm", "prometheus/vllm-rules.yml",
+                  "prometheus/check-vllm-agent-rules.yml",
                   "haproxy/haproxy.cfg", "kubernetes/vllm-deployment.yaml", "kubernetes/README.md",
                   "docker/compose.yaml", "docker/Dockerfile", "docker/restart-unhealthy"))]
     assert [str(p) for p in wanted if str(p) not in owned] == []

@@ -11,37 +11,19 @@ skips: without promtool the tests FAIL with the installer's output.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from .conftest import REPO, run
+
 pytestmark = pytest.mark.prometheus
 
-REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "contrib" / "prometheus" / "vllm-rules.yml"
 UNIT = Path(__file__).resolve().parent / "vllm-rules.test.yml"
 PAGES = REPO / "tests" / "fixtures" / "real"
-DEPS = REPO / ".ci" / "prometheus-deps.sh"
 ALERTS = ("VLLMStuck", "VLLMDown", "VLLMRestarted", "VLLMQueueGrowing")
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if not found:
-        out = subprocess.run(["bash", str(DEPS)], capture_output=True, text=True, timeout=900)
-        found = shutil.which("promtool")
-        if out.returncode != 0 or not found:
-            pytest.fail(f"{DEPS} failed (exit {out.returncode}), promtool is needed:\n{out.stderr[-3000:]}",
-                        pytrace=False)
-    return found
-
-
-def run(promtool: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([promtool, *map(str, args)], capture_output=True, text=True, timeout=120)
 
 
 def test_promtool_checks_the_rules(promtool):
