@@ -2,7 +2,7 @@
 HAProxy agent's backend (the check keeps its memory in a state file instead).
 
 It dates every reading on the clocks the host dates a server process's start with (the wall clock and this
-boot's boot-time clock, check_vllm.server.clock): a loading server's age is then measured, so one that hangs
+boot's boot-time clock, check_vllm.machine.clock): a loading server's age is then measured, so one that hangs
 while it loads is down after --start-grace here as in the check, not "started 0.0 s ago" for ever. And it
 sends the idle probe at most once per probe_every.
 """
@@ -18,8 +18,8 @@ import httpx
 from check_vllm.contract.defaults import Options, Settings
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Memory
+from check_vllm.machine import clock
 from check_vllm.observe import Observation, observe
-from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint
 
 #: The "boot" of test clocks (a wall and a monotonic function given by a test): always comparable.

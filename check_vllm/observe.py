@@ -34,7 +34,8 @@ from check_vllm.judge.quiet import (
     on_purpose,
     turned_away,
 )
-from check_vllm.server import clock, held
+from check_vllm.machine import clock
+from check_vllm.server import held
 from check_vllm.server.calls import Calls
 from check_vllm.server.fetch import Endpoint
 

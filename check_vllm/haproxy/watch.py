@@ -22,8 +22,8 @@ import httpx
 from check_vllm.contract.defaults import Options, Settings
 from check_vllm.contract.verdict import Verdict
 from check_vllm.long_running import Observer, given_clock, next_slot
+from check_vllm.machine import clock
 from check_vllm.probes.answers import Seen
-from check_vllm.server import clock
 from check_vllm.server.fetch import Endpoint
 
 from .exposition import IdleCompletion, Named, Scrape, named

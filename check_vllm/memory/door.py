@@ -16,11 +16,11 @@ from typing import NamedTuple
 from check_vllm.contract.defaults import LOCK_TIMEOUT
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.kept import Memory
+from check_vllm.machine import clock
 from check_vllm.memory import codec, prune
 from check_vllm.memory.files import write_json
 from check_vllm.memory.marker import load_marker, marker_json, marker_path
 from check_vllm.memory.statefile import StateBusy, StateError, StateFile, StateRefused, check_file
-from check_vllm.server import clock
 
 
 class Kept(NamedTuple):

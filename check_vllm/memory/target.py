@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from check_vllm.machine.thishost import is_local
 from check_vllm.memory import statedir
-from check_vllm.server.thishost import is_local
 
 #: Names of this host's loopback interface: a server on it is one server whichever name reaches it.
 LOOPBACK = "loopback"
@@ -69,7 +69,7 @@ def network_namespace() -> str | None:
 
 def server_key(url: str) -> str:
     """The server a URL reaches: its canonical URL, and for this host (its loopback, 0.0.0.0, its own names and
-    addresses: check_vllm.server.thishost) the network namespace it is reached in. 127.0.0.1:8000 or
+    addresses: check_vllm.machine.thishost) the network namespace it is reached in. 127.0.0.1:8000 or
     0.0.0.0:8000 in two containers (two namespaces) is two servers; their probes sharing one state volume must
     never read each other's memory."""
     key = canonical_url(url)

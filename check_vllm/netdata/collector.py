@@ -31,7 +31,7 @@ from check_vllm.contract.safe_text import one_line
 from check_vllm.contract.values import Reading
 from check_vllm.contract.verdict import Verdict
 from check_vllm.long_running import Observer, given_clock, next_slot
-from check_vllm.server import clock
+from check_vllm.machine import clock
 
 from . import charts
 from .config import Job

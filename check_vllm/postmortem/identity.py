@@ -13,9 +13,9 @@ from typing import NamedTuple
 
 from check_vllm.contract.defaults import Options
 from check_vllm.contract.safe_text import clean
+from check_vllm.machine.thishost import is_local
 from check_vllm.server import host, procfs
 from check_vllm.server.processes import api_port, engine_of
-from check_vllm.server.thishost import is_local
 
 
 class Named(NamedTuple):

@@ -12,12 +12,12 @@ from check_vllm.cli.connection import Connection, connection_of
 from check_vllm.cli.option_table import HANDLER
 from check_vllm.contract.defaults import Options, Settings
 from check_vllm.contract.instants import Instant
+from check_vllm.machine import clock as clocks
 from check_vllm.memory.door import Door
 from check_vllm.memory.statefile import default_dir
 from check_vllm.restart.history import history_file
 from check_vllm.restart.policy import Policy
 from check_vllm.restart.post_mortem import Plan
-from check_vllm.server import clock as clocks
 
 
 class Config(NamedTuple):

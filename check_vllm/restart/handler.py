@@ -27,6 +27,7 @@ from check_vllm.cli.args import UsageError
 from check_vllm.cli.connection import endpoint_from
 from check_vllm.cli.option_table import HANDLER
 from check_vllm.contract.instants import Instant
+from check_vllm.machine import clock as clocks
 from check_vllm.memory.door import Door
 from check_vllm.memory.statefile import StateError
 from check_vllm.restart import post_mortem
@@ -44,7 +45,6 @@ from check_vllm.restart.log import Logger
 from check_vllm.restart.options import PROG, parse
 from check_vllm.restart.policy import Decision, Event, decide, screen, this_hour
 from check_vllm.restart.starting import still_loading
-from check_vllm.server import clock as clocks
 
 if TYPE_CHECKING:
     from check_vllm.server.fetch import Endpoint

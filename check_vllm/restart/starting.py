@@ -17,7 +17,7 @@ from check_vllm.contract.kept import Memory
 from check_vllm.contract.values import Evidence, Failure
 from check_vllm.contract.verdict import Verdict
 from check_vllm.contract.vocab import DOWN, RESTARTABLE, UNRESPONSIVE
-from check_vllm.server import clock
+from check_vllm.machine import clock
 
 
 def still_loading(url: str, memory: Memory, word: str, settings: Settings, options: Options,

@@ -19,9 +19,9 @@ from check_vllm.contract.defaults import Options
 from check_vllm.contract.engines import VLLM
 from check_vllm.contract.safe_text import clean
 from check_vllm.contract.values import ServerProcess, Witness
+from check_vllm.machine.thishost import is_local
 from check_vllm.server import procfs, serverargs
 from check_vllm.server.processes import by_command_line, engine_of, process, server_at
-from check_vllm.server.thishost import is_local
 
 #: Seconds a --pid-command may take.
 PID_COMMAND_TIMEOUT = 5.0

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from check_vllm.contract.engines import ENGINES, VLLM, Engine
 from check_vllm.contract.instants import Instant
 from check_vllm.contract.values import ServerProcess, Witness
-from check_vllm.server import clock, procfs, serverargs
+from check_vllm.machine import clock
+from check_vllm.server import procfs, serverargs
 
 #: vLLM's API server's module, for `python -m ...` command lines.
 API_MODULE = VLLM.modules[0]

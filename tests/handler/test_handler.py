@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from check_vllm.machine import clock
 from check_vllm.memory.codec import remembered
 from check_vllm.memory.marker import marker_path, read_marker
 from check_vllm.memory.statefile import StateFile, check_file, state_path
 from check_vllm.memory.target import legacy_key, target_key
 from check_vllm.restart.history import history_path
 from check_vllm.restart.policy import Event, Policy, decide
-from check_vllm.server import clock
 from tests.rig.scripts import Result, run_check, run_script, script
 
 NOW = 1_800_000_000.0

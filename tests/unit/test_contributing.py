@@ -45,13 +45,15 @@ def _imports(path: Path) -> set[str]:
 #: What each layer may not import (CONTRIBUTING: imports only run downwards; the I/O never imports the judge, the
 #: judge never imports I/O; the front ends import nothing of each other).
 FORBIDDEN = {
-    "contract": {"judge", "server", "memory", "observe", "session", "long_running", "cli", "probes", "nagios",
-                 "restart", "netdata", "haproxy", "postmortem"},
-    "judge": {"server", "memory", "observe", "session", "long_running", "cli", "probes", "nagios", "restart",
+    "contract": {"machine", "judge", "server", "memory", "observe", "session", "long_running", "cli", "probes",
+                 "nagios", "restart", "netdata", "haproxy", "postmortem"},
+    "machine": {"judge", "server", "memory", "observe", "session", "long_running", "cli", "probes", "nagios",
+                "restart", "netdata", "haproxy", "postmortem"},
+    "judge": {"machine", "server", "memory", "observe", "session", "long_running", "cli", "probes", "nagios", "restart",
               "netdata", "haproxy", "postmortem"},
     "server": {"judge", "observe", "session", "long_running", "cli", "probes", "nagios", "restart", "netdata",
                "haproxy", "postmortem"},
-    "memory": {"judge", "observe", "session", "long_running", "cli", "probes", "nagios", "restart", "netdata",
+    "memory": {"judge", "server", "observe", "session", "long_running", "cli", "probes", "nagios", "restart", "netdata",
                "haproxy", "postmortem"},
     "cli": {"judge", "observe", "session", "long_running", "probes", "nagios", "restart", "netdata", "haproxy",
             "postmortem"},
