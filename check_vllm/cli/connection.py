@@ -98,17 +98,19 @@ def read_api_key(path: str | None, spell: Spell = as_flag) -> str | None:
     return key or None
 
 
-def check_ca_file(path: str, spell: Spell = as_flag) -> None:
-    """A CA bundle ssl can load, or a UsageError saying why (read at start: a bad one is ours, not the server's).
-    Read as the key file is, bounded and never blocking, then handed to ssl as data."""
+def check_ca_file(path: str, spell: Spell = as_flag) -> str:
+    """The PEM text of a CA bundle ssl can load, or a UsageError saying why (read at start: a bad one is ours, not
+    the server's). Read as the key file is, bounded and never blocking; the client loads these same bytes."""
     import ssl
 
     name = f"{spell(BY_FLAG['--ca-file'])} {path}"
     try:
-        ssl.create_default_context(cadata=read_bounded(path, CA_LIMIT).decode("ascii"))
+        data = read_bounded(path, CA_LIMIT).decode("ascii")
+        ssl.create_default_context(cadata=data)
     except (OSError, ssl.SSLError, UnicodeDecodeError, ValueError) as err:
         why = getattr(err, "reason", None) or getattr(err, "strerror", None) or err
         raise UsageError(f"{name}: not a readable PEM CA bundle ({why})") from None
+    return data
 
 
 def endpoint_from(values: Any, front: str, spell: Spell = as_flag) -> Endpoint:
@@ -118,10 +120,9 @@ def endpoint_from(values: Any, front: str, spell: Spell = as_flag) -> Endpoint:
     from check_vllm.server.fetch import Endpoint
 
     ca_file = getattr(values, "ca_file", None) or None
-    if ca_file:
-        check_ca_file(ca_file, spell)
+    ca_data = check_ca_file(ca_file, spell) if ca_file else None
     timeout = values.timeout if front in BY_FLAG["--timeout"].fronts else CONNECT_TIMEOUT
-    return Endpoint(values.url, api_key=read_api_key(getattr(values, "api_key_file", None), spell), ca_file=ca_file,
+    return Endpoint(values.url, api_key=read_api_key(getattr(values, "api_key_file", None), spell), ca_data=ca_data,
                     insecure=bool(getattr(values, "insecure", False)), connect_timeout=min(timeout, CONNECT_TIMEOUT))
 
 

@@ -51,7 +51,9 @@ class Endpoint(NamedTuple):
 
     url: str
     api_key: str | None = None
-    ca_file: str | None = None
+    #: The CA bundle's PEM text, as it was checked (cli.connection): loaded from these bytes, never again from
+    #: its path, so the file checked is the file used.
+    ca_data: str | None = None
     insecure: bool = False
     connect_timeout: float = CONNECT_TIMEOUT
     max_bytes: int = DEFAULT_MAX_BYTES
@@ -70,8 +72,8 @@ class Endpoint(NamedTuple):
         verify: bool | ssl.SSLContext
         if self.insecure:
             verify = False
-        elif self.ca_file:
-            verify = ssl.create_default_context(cafile=self.ca_file)
+        elif self.ca_data:
+            verify = ssl.create_default_context(cadata=self.ca_data)
         elif self.url.startswith("https:"):
             verify = True
         else:  # plain http needs no CA bundle (loading one is most of a client's start-up); a redirect

@@ -160,3 +160,32 @@ def test_the_forwarder_is_really_https(tls):
         httpx.get(rec.url.replace("https:", "http:") + "/metrics", timeout=5)
     trusted = ssl.create_default_context(cafile=str(ca.ca))
     assert httpx.get(rec.url + "/metrics", verify=trusted, timeout=5).status_code == 200
+
+
+def test_a_ca_file_replaced_by_one_that_is_no_bundle_keeps_the_agents_trust(tls, tmp_path):
+    """The agent's connection over a CA file rotated to something that is no PEM bundle: said, and the bundle
+    before it still trusted, because a client loads the bytes that were checked, never the path again (a client
+    made after the swap loaded the new file by path: ssl.SSLError, a traceback out of Endpoint.client)."""
+    from check_vllm.cli.connection import Rotating
+    from check_vllm.cli.option_table import AGENT
+    from check_vllm.contract.defaults import SETTINGS, Options
+    from check_vllm.contract.vocab import UNREACHABLE
+    from check_vllm.haproxy.cli import parser
+    from check_vllm.haproxy.watch import Watch
+
+    rec, ca, key = tls
+    bundle = tmp_path / "ca.pem"
+    bundle.write_bytes(ca.ca.read_bytes())
+    args = parser().parse_args(["-u", rec.url, "--api-key-file", str(key), "--ca-file", str(bundle)])
+    said: list[str] = []
+    rotating = Rotating(args, AGENT)
+    watch = Watch(rotating.endpoint, SETTINGS, Options(), 1.0, 60.0, say=said.append, fresh=rotating.fresh)
+    assert watch.judge().word != UNREACHABLE
+    replaced = tmp_path / "ca.new"
+    replaced.write_text("-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n")
+    os.replace(replaced, bundle)
+    kept = watch.judge()
+    assert kept.word != UNREACHABLE, kept.text
+    assert any("not a readable PEM CA bundle" in s and s.endswith("the connection before it is kept") for s in said), said
+    with rotating.endpoint.client() as client:  # a client made now (a reconnect) trusts what was checked
+        assert client.get(f"{rec.url}/v1/models", timeout=10).status_code == 200

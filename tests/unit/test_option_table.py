@@ -115,7 +115,7 @@ def test_tls_rows_on_every_front_end(front, tmp_path):
         _endpoint(front, ["--ca-file", str(bad)])
     insecure = PARSERS[front]().parse_args(["--insecure"]) if front != NETDATA else None
     endpoint = job(insecure="yes").endpoint if front == NETDATA else endpoint_from(insecure, front)
-    assert endpoint.insecure is True and endpoint.ca_file is None
+    assert endpoint.insecure is True and endpoint.ca_data is None
 
 
 def test_a_netdata_job_takes_every_row_that_names_it_and_nothing_else():
