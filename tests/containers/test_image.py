@@ -15,7 +15,9 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -110,7 +112,7 @@ def shipped(tmp_path_factory):
             (work / "docker-build.log").write_text(log)
             yield s
         finally:
-            for name in ("shipped-root", "shipped-user"):
+            for name in RUNS:
                 d.run("rm", "-f", name, check=False, timeout=60)
             notes = d.stop()
             shutil.copyfile(d.log, work / "dockerd.log") if d.log.exists() else None
@@ -120,33 +122,72 @@ def shipped(tmp_path_factory):
     TIMINGS["shipped image: whole module (lock held)"] = time.monotonic() - t_all
 
 
-def healthy_with_memory(s: Shipped, name: str, user: int, *extra: str) -> dict:
-    t0 = s.run(name, *extra)
-    runs: dict[float, tuple[float, int, str]] = {}
-    statuses: list[tuple[float, str]] = []
+#: The two runs of the image, started together (two model loads at once: the tier's time, issue 53), each judged
+#: by its own test: name -> (the runner's uid, its `docker run` options).
+RUNS = {"shipped-root": (0, ()),
+        "shipped-user": (1000, ("--user", "1000:1000", "--read-only", "-v", "check-vllm-state:/var/lib/check_vllm"))}
 
-    def look() -> dict:
-        info = s.inspect(name)
-        st = info.get("State") or {}
-        if st and not st.get("Running"):
-            logs = s.d.run("logs", "--tail", "30", name, check=False, timeout=60)
-            raise AssertionError(f"{name} exited ({st.get('ExitCode')}): {(logs.stdout + logs.stderr)[-3000:]}")
-        health = st.get("Health") or {}
-        if not statuses or statuses[-1][1] != health.get("Status"):
-            statuses.append((time.time() - t0, health.get("Status") or "-"))
-        for e in health.get("Log") or []:
-            start = parse_time(e["Start"])
-            runs.setdefault(start, (start - t0, int(e["ExitCode"]), (e.get("Output") or "").strip()))
-        return info
 
+class Watched:
+    """One container's health as Docker shows it, looked at every second from its start on a thread of its own
+    (both run at once, and Docker keeps only its last five health runs): its statuses, its runs, its last inspect."""
+
+    def __init__(self, s: Shipped, name: str, t0: float) -> None:
+        self.s, self.name, self.t0 = s, name, t0
+        self.runs: dict[float, tuple[float, int, str]] = {}
+        self.statuses: list[tuple[float, str]] = []
+        self.info: dict = {}
+        self.exited = ""
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stopped.wait(1.0):
+            info = self.s.inspect(self.name)
+            st = info.get("State") or {}
+            if st and not st.get("Running"):
+                logs = self.s.d.run("logs", "--tail", "30", self.name, check=False, timeout=60)
+                self.exited = f"{self.name} exited ({st.get('ExitCode')}): {(logs.stdout + logs.stderr)[-3000:]}"
+                return
+            health = st.get("Health") or {}
+            if not self.statuses or self.statuses[-1][1] != health.get("Status"):
+                self.statuses.append((time.time() - self.t0, health.get("Status") or "-"))
+            for e in health.get("Log") or []:
+                start = parse_time(e["Start"])
+                self.runs.setdefault(start, (start - self.t0, int(e["ExitCode"]), (e.get("Output") or "").strip()))
+            self.info = info
+
+    def look(self) -> dict:
+        assert not self.exited, self.exited
+        return self.info
+
+    def diag(self) -> str:
+        return f"{self.statuses} {sorted(self.runs.values())[-3:]}"
+
+
+@pytest.fixture(scope="module")
+def started(shipped) -> Iterator[dict[str, Watched]]:
+    """Both containers started at once, each watched from its start: name -> its watch."""
+    shipped.need_image()
+    watched = {name: Watched(shipped, name, shipped.run(name, *extra)) for name, (_, extra) in RUNS.items()}
+    yield watched
+    for w in watched.values():
+        w.stopped.set()
+
+
+def healthy_with_memory(s: Shipped, name: str, w: Watched) -> dict:
+    user = RUNS[name][0]
+    runs, statuses, look = w.runs, w.statuses, w.look
     interval = 10.0   # the Dockerfile's HEALTHCHECK --interval
-    wait(f"{name}: health `healthy`", lambda: look() and statuses[-1][1] == "healthy", 3 * interval + 15, 1.0,
-         diag=lambda: f"{statuses} {sorted(runs.values())[-3:]}")
+    wait(f"{name}: health `healthy`", lambda: look() and statuses and statuses[-1][1] == "healthy",
+         3 * interval + 15, 1.0, diag=w.diag)
     t_healthy = statuses[-1][0]
     # a health run that read vLLM serving (the model loaded), not only `starting`
     wait(f"{name}: a health run on the loaded server", lambda: look() and any(
-        "starting" not in out for _, _, out in runs.values()), 240, 1.0,
-         diag=lambda: f"{statuses} {sorted(runs.values())[-3:]}")
+        "starting" not in out for _, _, out in list(runs.values())), 240, 1.0, diag=w.diag)
+    w.stopped.set()
+    w.thread.join(timeout=60)
     info = look()
     mount = next(m for m in info["Mounts"] if m["Destination"] == "/var/lib/check_vllm")
     vol = Path(mount["Source"])
@@ -189,15 +230,14 @@ def test_image_built_as_shipped(shipped):
     assert cfg["Healthcheck"]["Test"][:3] == ["CMD", "check_vllm", "--probe"], cfg["Healthcheck"]
 
 
-def test_image_as_root_own_volume(shipped):
+def test_image_as_root_own_volume(shipped, started):
     """As root (the image has no USER), with the anonymous volume the image's VOLUME makes."""
-    healthy_with_memory(shipped, "shipped-root", 0)
+    healthy_with_memory(shipped, "shipped-root", started["shipped-root"])
 
 
-def test_image_as_compose_user(shipped):
+def test_image_as_compose_user(shipped, started):
     """As the compose file's user 1000:1000, read-only root file system, the named volume compose makes."""
-    healthy_with_memory(shipped, "shipped-user", 1000, "--user", "1000:1000", "--read-only",
-                        "-v", "check-vllm-state:/var/lib/check_vllm")
+    healthy_with_memory(shipped, "shipped-user", started["shipped-user"])
 
 
 def summary(s: Shipped) -> str:
@@ -205,7 +245,7 @@ def summary(s: Shipped) -> str:
     out = [f"docker build -f contrib/docker/Dockerfile --build-arg VLLM_IMAGE=<the tier's base> (wheel {m.get('wheel')}): "
            f"{m.get('build')}",
            f"image: {m.get('image')}"]
-    for name in ("shipped-root", "shipped-user"):
+    for name in RUNS:
         r = m.get(name)
         if not r:
             continue
