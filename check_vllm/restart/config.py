@@ -15,6 +15,7 @@ from check_vllm.contract.instants import Instant
 from check_vllm.machine import clock as clocks
 from check_vllm.memory.door import Door
 from check_vllm.memory.statefile import default_dir
+from check_vllm.restart.fleet import Budget
 from check_vllm.restart.history import history_file
 from check_vllm.restart.policy import Policy
 from check_vllm.restart.post_mortem import Plan
@@ -35,6 +36,8 @@ class Config(NamedTuple):
     post_mortem: Plan = Plan()
     #: The check's connection rows, read into an Endpoint only when a post-mortem reads the last page.
     connection: Connection | None = None
+    #: The fleet restart budget (--fleet-*), asked once a restart is decided; None when off.
+    fleet: Budget | None = None
 
     def door(self, clock: Callable[[], Instant] = clocks.now) -> Door:
         """The check's state store, locked on this server's restart history: its calls take turns."""
@@ -57,4 +60,6 @@ def configured(args: argparse.Namespace) -> Config:
         post_mortem=Plan(not args.no_post_mortem, Path(args.post_mortem_dir) if args.post_mortem_dir else None,
                          args.post_mortem_budget, args.post_mortem_keep, args.post_mortem_max_mb << 20),
         connection=connection_of(args),
+        fleet=Budget(args.fleet_prometheus.rstrip("/"), args.fleet_group, args.fleet_max, args.fleet_unasked,
+                     args.fleet_timeout) if args.fleet_prometheus else None,
     )

@@ -89,8 +89,8 @@ def handle(config: Config, event: Event, command: list[str], log: Logger,
 
 
 def weigh(config: Config, event: Event, door: Door) -> Weighed:
-    """The decision on what the files and the host say now (the history lock held): the handler's, and
-    --status's, which reports it without acting."""
+    """The decision on what the files and the host say now (the history lock held), and the fleet's budget of a
+    restart it would make: the handler's, and --status's, which reports it without acting."""
     kept, history, at = door.kept, door.lock_on, door.at
     verdict = kept.memory.last
     entries, hist_problem = load_history(history)
@@ -106,6 +106,10 @@ def weigh(config: Config, event: Event, door: Door) -> Weighed:
         loading = still_loading(config.url, kept.memory, verdict.word, config.lifecycle, config.process, kept.marker)
         if loading:
             decision = Decision(False, f"verdict {verdict.word!r}, but the server is {loading}", "refuse")
+    if decision.act and config.fleet is not None:  # the fleet is asked only of a restart it would make
+        from check_vllm.restart.fleet_ask import consult
+
+        decision = consult(config.fleet, decision)
     if hist_problem:  # said whether or not it acts: the guards decided on what was left of the history
         decision = Decision(decision.act, f"{decision.why}; {hist_problem}", decision.kind)
     return Weighed(decision, verdict.word if verdict else None, entries, event)

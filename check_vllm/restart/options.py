@@ -10,7 +10,7 @@ from check_vllm.cli.args import Parser, UsageError, check_url, number
 from check_vllm.cli.option_table import HANDLER
 from check_vllm.contract.defaults import LOCK_TIMEOUT
 from check_vllm.contract.vocab import CODE_NAMES
-from check_vllm.restart import post_mortem
+from check_vllm.restart import fleet, post_mortem
 from check_vllm.restart.policy import Event, Policy
 
 PROG = HANDLER
@@ -75,6 +75,18 @@ def parser() -> argparse.ArgumentParser:
                    "nothing; exit 0 either way: a Kubernetes preStop hook, the Docker restarter (docs/handler.md)")
     m.add_argument("--post-mortems", action="store_true", help="list the bundles kept in the post-mortem directory "
                    "(oldest first: when, size, what each holds) and exit (no --state, no command needed)")
+    f = p.add_argument_group("fleet restart budget (on with --fleet-prometheus and --fleet-group; docs/fleet.md)")
+    f.add_argument("--fleet-prometheus", metavar="URL", help="the Prometheus that scrapes the group's "
+                   "check_vllm_agent --metrics-listen, asked (GET URL/api/v1/query) only once a restart is decided")
+    f.add_argument("--fleet-group", type=fleet.group, metavar="NAME", help=f"this server's group: the value of the "
+                   f"{fleet.LABEL!r} label on its agent's scrape target")
+    f.add_argument("--fleet-max", type=fleet.limit, metavar="N|P%", help="no restart while more than N servers of "
+                   "the group (or P%% of it, at least 1) are proven stuck or starting, this one included: a person "
+                   "decides")
+    f.add_argument("--fleet-unasked", choices=fleet.UNASKED, default=fleet.UNASKED[0], help="when Prometheus cannot "
+                   "be asked: restart as without a budget, or hold (default %(default)s); the line says so either way")
+    f.add_argument("--fleet-timeout", type=number(float, 0.1), default=fleet.TIMEOUT, metavar="S",
+                   help="wait at most S seconds for Prometheus (default %(default)g)")
     r = p.add_argument_group("run")
     r.add_argument("--command-timeout", type=number(float, 1), default=COMMAND_TIMEOUT, metavar="S",
                    help="kill the restart command after S seconds (default %(default)g)")
@@ -96,6 +108,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Event, list[str]]:
     else:
         command = []
     args = parser().parse_args(argv)
+    _check_fleet(args)
     if args.post_mortems or args.take_post_mortem:  # no event, no command
         check_url(args.url)
         return args, _event(args, "OK", "HARD"), command
@@ -116,6 +129,18 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Event, list[str]]:
     if not command or not command[0]:
         raise UsageError("no restart command: give it after --, e.g. -- sudo systemctl restart vllm")
     return args, _event(args, state, state_type), command
+
+
+def _check_fleet(args: argparse.Namespace) -> None:
+    """The budget is on with both its URL and its group, and then needs its limit; half of it is a usage error,
+    never a budget silently off."""
+    given = [o for o, v in (("--fleet-prometheus", args.fleet_prometheus), ("--fleet-group", args.fleet_group),
+                            ("--fleet-max", args.fleet_max)) if v is not None]
+    if given and len(given) < 3:
+        raise UsageError(f"the fleet restart budget needs --fleet-prometheus, --fleet-group and --fleet-max "
+                         f"together (given: {', '.join(given)})")
+    if args.fleet_prometheus is not None:
+        check_url(args.fleet_prometheus, "--fleet-prometheus")
 
 
 def _state_type(text: str) -> str:

@@ -7,7 +7,8 @@ own decision changes exactly when a restart becomes due: OK (nothing to restart)
 held back by the cooldown, the circuit breaker, a downtime...), CRITICAL (due now). Its event handler is
 then called at that moment and decides the same way, because both run `weigh`. Given the main service's
 state type (`--state-type`), a restart due while that is SOFT is held back: its max_check_attempts confirms
-a problem for the restart service too. It reads only local files (and /proc): it costs the vLLM server nothing.
+a problem for the restart service too. It reads only local files (and /proc; with a fleet budget,
+Prometheus while a restart is due): it costs the vLLM server nothing.
 """
 
 from __future__ import annotations
