@@ -270,8 +270,10 @@ def test_when_both_pages_fail_the_whole_page_speaks_and_nothing_is_learnt(run_ch
 
 
 def test_a_restricted_page_too_slow_is_unresponsive_at_once_not_read_twice(run_check, state):
-    with Simulator(scenario="slow", slow_seconds=30) as sim:
-        r = run_check("-u", sim.url, "-t", "4", *FAST)
+    # -t 10, not 4: the run leaves itself 1 s of -t for the state file and its output, which eight workers on two
+    # cores once outlasted ('timed out after 4 s waiting for writing the state file'); the page is slower still
+    with Simulator(scenario="slow", slow_seconds=60) as sim:
+        r = run_check("-u", sim.url, "-t", "10", *FAST)
         assert (r.code, r.word) == (WARNING, "unresponsive"), r.out
         assert "GET /metrics timed out after" in r.status and "%5B" not in r.out and "name[]" not in r.out, r.out
         assert [q.path for q in sim.requests()] == ["/metrics/"]  # no second wait on the same slow server
