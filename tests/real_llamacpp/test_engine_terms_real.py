@@ -250,9 +250,11 @@ def _held_before_listening(llama: Callable[..., Flagged]) -> Flagged:
     pytest.fail("llama-server listened before it could be held (3 tries)")
 
 
-def _hold_loading(srv: Flagged) -> None:
+def _hold_loading(srv: Flagged) -> bool:
     """Let it go on until its HTTP thread answers 503 (loading), then stop its main thread, which loads the model
-    (tools/server/server.cpp: ctx_http.start() before ctx_server.load_model()): the HTTP threads go on saying 503."""
+    (tools/server/server.cpp: ctx_http.start() before ctx_server.load_model()): the HTTP threads go on saying 503.
+    False when the tiny model had loaded before its main thread stopped (its load takes a moment: seen once in a
+    whole run, `/health` 200 after the stop): the caller starts again, as _held_before_listening does."""
     os.kill(srv.pid, signal.SIGCONT)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -264,20 +266,15 @@ def _hold_loading(srv: Flagged) -> None:
     assert srv.traced is not None, "llama-server never answered 503 while it loaded"
     time.sleep(0.3)
     r = srv.get("/health", timeout=2)
-    assert r.status_code == 503 and "Loading model" in r.text, ("the load was not held", r.status_code, r.text)
+    return r.status_code == 503 and "Loading model" in r.text
 
 
 def test_port_from_llama_arg_port_loading_is_starting_never_down(llama, check: Check):
     """No --port: the port is LLAMA_ARG_PORT in its environment. Held before it listens (connection refused),
     then held while it loads (503 "Loading model"), then let go: `starting` (its process found by the host's
     witness through /proc/PID/environ), never `down`, never CRITICAL; OK once it serves."""
-    srv = _held_before_listening(llama)
-    environ = Path(f"/proc/{srv.pid}/environ").read_bytes().split(b"\0")
-    assert f"LLAMA_ARG_PORT={srv.port}".encode() in environ
-    assert "--port" not in Path(f"/proc/{srv.pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     seen: list[tuple[float, Result]] = []
     phase: list[str] = []
-    t0 = time.monotonic()
 
     def runs(n: int, what: str) -> None:
         for _ in range(n):
@@ -285,8 +282,21 @@ def test_port_from_llama_arg_port_loading_is_starting_never_down(llama, check: C
             phase.append(what)
             time.sleep(0.5)
 
-    runs(2, "stopped before it listens")
-    _hold_loading(srv)
+    for _ in range(3):  # the rig's premise, a load held, is tried again; what the check says is never retried
+        srv = _held_before_listening(llama)
+        environ = Path(f"/proc/{srv.pid}/environ").read_bytes().split(b"\0")
+        assert f"LLAMA_ARG_PORT={srv.port}".encode() in environ
+        assert "--port" not in Path(f"/proc/{srv.pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        seen.clear()
+        phase.clear()
+        t0 = time.monotonic()
+        runs(2, "stopped before it listens")
+        if _hold_loading(srv):
+            break
+        srv.resume()
+        srv.stop()
+    else:
+        pytest.fail("the tiny model loaded before its main thread could be held (3 tries)")
     runs(3, "loading, its main thread held")
     srv.resume()
     while not seen or seen[-1][1].code != OK:
