@@ -253,8 +253,9 @@ def _held_before_listening(llama: Callable[..., Flagged]) -> Flagged:
 def _hold_loading(srv: Flagged) -> bool:
     """Let it go on until its HTTP thread answers 503 (loading), then stop its main thread, which loads the model
     (tools/server/server.cpp: ctx_http.start() before ctx_server.load_model()): the HTTP threads go on saying 503.
-    False when the tiny model had loaded before its main thread stopped (its load takes a moment: seen once in a
-    whole run, `/health` 200 after the stop): the caller starts again, as _held_before_listening does."""
+    False when the tiny model had loaded before its main thread stopped, or before any look saw its 503 (its load
+    takes a moment: seen in a whole run, `/health` 200 after the stop, and again with no 503 at all): the caller
+    starts again, as _held_before_listening does."""
     os.kill(srv.pid, signal.SIGCONT)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -263,7 +264,8 @@ def _hold_loading(srv: Flagged) -> bool:
                 srv.stop_decode()
                 break
         time.sleep(0.005)
-    assert srv.traced is not None, "llama-server never answered 503 while it loaded"
+    if srv.traced is None:  # it went from refusing to serving between two looks: loaded before any 503 was seen
+        return False
     time.sleep(0.3)
     r = srv.get("/health", timeout=2)
     return r.status_code == 503 and "Loading model" in r.text
@@ -282,7 +284,7 @@ def test_port_from_llama_arg_port_loading_is_starting_never_down(llama, check: C
             phase.append(what)
             time.sleep(0.5)
 
-    for _ in range(3):  # the rig's premise, a load held, is tried again; what the check says is never retried
+    for _ in range(8):  # the rig's premise, a load held, is tried again; what the check says is never retried
         srv = _held_before_listening(llama)
         environ = Path(f"/proc/{srv.pid}/environ").read_bytes().split(b"\0")
         assert f"LLAMA_ARG_PORT={srv.port}".encode() in environ
@@ -296,7 +298,7 @@ def test_port_from_llama_arg_port_loading_is_starting_never_down(llama, check: C
         srv.resume()
         srv.stop()
     else:
-        pytest.fail("the tiny model loaded before its main thread could be held (3 tries)")
+        pytest.fail("the tiny model loaded before its main thread could be held (8 tries)")
     runs(3, "loading, its main thread held")
     srv.resume()
     while not seen or seen[-1][1].code != OK:
