@@ -115,7 +115,8 @@ def _stall(server: LlamaServer, check: Check, tmp_path: Path, args: tuple[str, .
     first_bad = next(i for i, (_, r) in enumerate(seen) if r.code != OK)
     assert seen[first_bad][1].code == WARNING, shown
     assert seen[-1][0] - seen[first_bad][0] <= STUCK_SECONDS + INTERVAL + 4.5, shown  # + one run's -t
-    health = server.get("/health", timeout=2)
+    # a ceiling, not a bound: its HTTP thread answered /health later than 2 s once, the load's requests beside it
+    health = server.get("/health", timeout=30)
     assert (health.status_code, health.json()) == (200, {"status": "ok"}), "llama.cpp's own health says ok"
     decision = restart_decision(tmp_path, server.url)
     assert "would restart (--dry-run)" in decision, decision
