@@ -6,7 +6,6 @@ they all restart. The other group's frozen server is never counted. On 127.0.0.1
 
 from __future__ import annotations
 
-import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -15,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests.rig.ports import free_port
-from tests.rig.scripts import Result, run_check, run_script, script
+from tests.rig.scripts import Result, run_check, run_script
 from tests.rig.waiting import wait_for
 from vllm_simulator import Simulator
 
-from .test_agent_scrape import _ready, process, query
+from .server import agent, answered, logs, prometheus, query
 
 pytestmark = pytest.mark.prometheus
 
@@ -28,13 +27,11 @@ FROZEN = (0, 1, 2, 4)  # three of gpu-a's four, and gpu-b's one
 JUDGE = ("--stuck-seconds", "2", "--stuck-readings", "2")
 
 
-def scrape_config(tmp: Path, ports: list[int]) -> Path:
+def scrape_config(ports: list[int]) -> str:
     targets = "".join(f"      - {{targets: ['127.0.0.1:{port}'], labels: {{group: {group}}}}}\n"
                       for port, group in zip(ports, GROUPS, strict=True))
-    path = tmp / "prometheus.yml"
-    path.write_text("global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n"
-                    f"  - job_name: check_vllm_agent\n    static_configs:\n{targets}")
-    return path
+    return ("global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n"
+            f"  - job_name: check_vllm_agent\n    static_configs:\n{targets}")
 
 
 def proven_stuck(state: Path, sim: Simulator) -> bool:
@@ -56,31 +53,23 @@ def storm(tmp: Path, sims: list[Simulator], api: str, most: str) -> list[Result]
 
 
 def test_a_storm_restarts_at_most_the_fleet_budget(promtool, tmp_path):
-    binary = shutil.which("prometheus")
-    assert binary, "Debian's prometheus package (.ci/prometheus-deps.sh) brings the server with promtool"
-    web = free_port()
-    api = f"http://127.0.0.1:{web}"
     with ExitStack() as stack:
         sims = [Simulator(scenario="busy").start() for _ in GROUPS]
         for sim in sims:
             stack.callback(sim.stop)
         ports = [free_port() for _ in GROUPS]
         for i, (sim, port) in enumerate(zip(sims, ports, strict=True)):
-            stack.enter_context(process(
-                [script("check_vllm_agent"), "-u", sim.url, "--listen", f"127.0.0.1:{free_port()}", "--metrics-listen",
-                 f"127.0.0.1:{port}", "--allow", "127.0.0.1", "--interval", "0.5", *JUDGE], tmp_path / f"agent-{i}.log"))
-        stack.enter_context(process([binary, f"--config.file={scrape_config(tmp_path, ports)}",
-                                     f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{web}"],
-                                    tmp_path / "prometheus.log"))
-        logs = lambda: "\n".join(p.read_text()[-2000:] for p in tmp_path.glob("*.log"))  # noqa: E731
+            stack.enter_context(agent(tmp_path, f"agent-{i}", sim.url, port, *JUDGE))
+        api = stack.enter_context(prometheus(tmp_path, scrape_config(ports)))
+        diag = lambda: logs(tmp_path)  # noqa: E731
         wait_for("Prometheus to hold gpu-a's four agents", lambda: [
-            r for r in _ready(api, 'count(check_vllm_agent_up{group="gpu-a"} == 1)') if r["value"][1] == "4"], 60, 0.5,
-                 logs)
+            r for r in answered(api, 'count(check_vllm_agent_up{group="gpu-a"} == 1)') if r["value"][1] == "4"], 60,
+                 0.5, diag)
         for i in FROZEN:
             sims[i].set_scenario("stuck")
         wait_for("Prometheus to hold three of gpu-a proven stuck", lambda: [
-            r for r in _ready(api, 'count(check_vllm_restartable{group="gpu-a"} == 1)') if r["value"][1] == "3"], 90,
-                 0.5, logs)
+            r for r in answered(api, 'count(check_vllm_restartable{group="gpu-a"} == 1)') if r["value"][1] == "3"], 90,
+                 0.5, diag)
         assert query(api, 'count(check_vllm_restartable == 1)')[0]["value"][1] == "4"  # gpu-b's is stuck too
         for i in FROZEN:
             wait_for(f"server {i}'s own check to prove it stuck", lambda i=i: proven_stuck(tmp_path / f"state-{i}",
