@@ -12,10 +12,7 @@ by the tier's forwarder (tests/rig/forwarder.py), with --server-port naming the 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -27,9 +24,11 @@ import pytest
 from check_vllm.contract.vocab import CRITICAL, OK, WARNING
 from tests.real_llamacpp.conftest import REPORTS
 from tests.rig.forwarder import Recorder
+from tests.rig.held_start import HeldStart
 from tests.rig.llamacpp_server import LlamaServer, LlamaSetupError
 from tests.rig.scripts import Result, real_runner, run_script
 from tests.rig.vllm_server import AUTOGROUP_SH, Load
+from tests.rig.waiting import wait_for
 
 pytestmark = pytest.mark.real_llamacpp
 
@@ -50,13 +49,15 @@ class Flagged(LlamaServer):
     """The tier's llama-server with these flags instead of the tier's; `port_env`: its port given by LLAMA_ARG_PORT
     in its environment, no --port (env(1) execs sh, which execs llama-server: the Popen pid is still the server's)."""
 
-    def __init__(self, binary: Path, gguf: Path, flags: tuple[str, ...], log_path: Path, port_env: bool = False):
+    def __init__(self, binary: Path, gguf: Path, flags: tuple[str, ...], log_path: Path, port_env: bool = False,
+                 env: dict[str, str] | None = None):
         super().__init__(binary, gguf, log_path=log_path)
-        self.flags, self.port_env = flags, port_env
+        self.flags, self.port_env, self.env = flags, port_env, env or {}
 
     def command(self) -> list[str]:
         where = [] if self.port_env else ["--port", str(self.port)]
-        env = ["env", f"LLAMA_ARG_PORT={self.port}"] if self.port_env else []
+        given = {**({"LLAMA_ARG_PORT": str(self.port)} if self.port_env else {}), **self.env}
+        env = ["env", *(f"{k}={v}" for k, v in given.items())] if given else []
         return ["setsid", *env, "sh", "-c", AUTOGROUP_SH, "llama-server", str(self.binary), "-m", str(self.gguf),
                 "--host", "127.0.0.1", *where, *self.flags]
 
@@ -81,12 +82,13 @@ class Flagged(LlamaServer):
 
 @pytest.fixture
 def llama(built, heavy, tmp_path: Path) -> Iterator[Callable[..., Flagged]]:
-    """`llama(flags, port_env=False, wait=True)`: one llama-server at a time, stopped whatever happens."""
+    """`llama(flags, port_env=False, wait=True, env=None)`: one llama-server at a time, stopped whatever happens."""
     binary, gguf = built
     started: list[Flagged] = []
 
-    def start(flags: tuple[str, ...], port_env: bool = False, wait: bool = True) -> Flagged:
-        srv = Flagged(binary, gguf, flags, tmp_path / f"llama-server-{len(started)}.log", port_env)
+    def start(flags: tuple[str, ...], port_env: bool = False, wait: bool = True,
+              env: dict[str, str] | None = None) -> Flagged:
+        srv = Flagged(binary, gguf, flags, tmp_path / f"llama-server-{len(started)}.log", port_env, env)
         started.append(srv)
         try:
             srv.start(wait=wait)
@@ -231,54 +233,13 @@ def _refused(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) != 0
 
 
-def _held_before_listening(llama: Callable[..., Flagged]) -> Flagged:
-    """A llama-server given its port by LLAMA_ARG_PORT, stopped (SIGSTOP) once it is llama-server (exec'd: its
-    environment is the server's) and before it listens: what a slow start looks like from outside. The tiny model
-    gets there in ~0.2 s: a start whose port already answers is tried again (up to 3 times)."""
-    for _ in range(3):
-        srv = llama(("--metrics", "--parallel", "2"), port_env=True, wait=False)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                if Path(f"/proc/{srv.pid}/exe").resolve() == srv.binary.resolve():
-                    os.kill(srv.pid, signal.SIGSTOP)
-                    break
-            time.sleep(0.001)
-        if _refused(srv.port):
-            return srv
-        srv.stop()
-    pytest.fail("llama-server listened before it could be held (3 tries)")
-
-
-def _hold_loading(srv: Flagged) -> bool:
-    """Let it go on until its HTTP thread answers 503 (loading), then stop its main thread, which loads the model
-    (tools/server/server.cpp: ctx_http.start() before ctx_server.load_model()): the HTTP threads go on saying 503.
-    False when the tiny model had loaded before its main thread stopped, or before any look saw its 503 (its load
-    takes a moment: seen in a whole run, `/health` 200 after the stop, and again with no 503 at all): the caller
-    starts again, as _held_before_listening does."""
-    os.kill(srv.pid, signal.SIGCONT)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if srv.get("/health", timeout=1).status_code == 503:
-                srv.stop_decode()
-                break
-        time.sleep(0.005)
-    if srv.traced is None:  # it went from refusing to serving between two looks: loaded before any 503 was seen
-        return False
-    time.sleep(0.3)
-    r = srv.get("/health", timeout=2)
-    return r.status_code == 503 and "Loading model" in r.text
-
-
-def test_port_from_llama_arg_port_loading_is_starting_never_down(llama, check: Check):
+def test_port_from_llama_arg_port_loading_is_starting_never_down(built, llama, check: Check, tmp_path: Path):
     """No --port: the port is LLAMA_ARG_PORT in its environment. Held before it listens (connection refused),
     then held while it loads (503 "Loading model"), then let go: `starting` (its process found by the host's
-    witness through /proc/PID/environ), never `down`, never CRITICAL; OK once it serves."""
+    witness through /proc/PID/environ), never `down`, never CRITICAL; OK once it serves. Each hold is the rig's
+    shim at the server's own step (tests/rig/held_start.c), reached and let go by event."""
     seen: list[tuple[float, Result]] = []
     phase: list[str] = []
-    environ: list[bytes] = []
-    argv: list[str] = []
 
     def runs(n: int, what: str) -> None:
         for _ in range(n):
@@ -286,32 +247,29 @@ def test_port_from_llama_arg_port_loading_is_starting_never_down(llama, check: C
             phase.append(what)
             time.sleep(0.5)
 
-    for _ in range(8):  # the rig's premise, a load held, is tried again; what the check says is never retried
-        srv = _held_before_listening(llama)
-        with contextlib.suppress(OSError):
-            environ = Path(f"/proc/{srv.pid}/environ").read_bytes().split(b"\0")
-            argv = Path(f"/proc/{srv.pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-        if f"LLAMA_ARG_PORT={srv.port}".encode() not in environ:  # gone (a zombie's environ is empty): again
-            srv.stop()
-            continue
-        assert "--port" not in argv, argv
-        seen.clear()
-        phase.clear()
+    held = HeldStart(tmp_path / "held", built[1])
+    srv = llama(("--metrics", "--parallel", "2"), port_env=True, wait=False, env=held.env)
+    try:
+        held.reached("start", diag=srv.log_tail)
+        environ = Path(f"/proc/{srv.pid}/environ").read_bytes().split(b"\0")
+        argv = Path(f"/proc/{srv.pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        assert f"LLAMA_ARG_PORT={srv.port}".encode() in environ and "--port" not in argv, argv
+        assert Path(f"/proc/{srv.pid}/exe").resolve() == srv.binary.resolve()
+        assert _refused(srv.port)
         t0 = time.monotonic()
-        runs(2, "stopped before it listens")
-        if _hold_loading(srv):
-            break
-        srv.resume()
-        srv.stop()
-    else:
-        pytest.fail("the tiny model loaded before its main thread could be held (8 tries)")
-    runs(3, "loading, its main thread held")
-    srv.resume()
-    while not seen or seen[-1][1].code != OK:
-        assert time.monotonic() - t0 < 90, timeline(seen, phase)
-        seen.append((time.monotonic() - t0, check(srv.url, *FAST, "-t", "4")))
-        phase.append("let go")
-        time.sleep(0.05)
+        runs(2, "held before it listens")
+        held.release("start")
+        held.reached("load", diag=srv.log_tail)
+        wait_for("its HTTP thread to say it loads", lambda: _health(srv) == 503, 60, 0.05, srv.log_tail)
+        runs(3, "loading, held at its model's open")
+        held.release("load")
+        while not seen or seen[-1][1].code != OK:
+            assert time.monotonic() - t0 < 90, timeline(seen, phase)
+            seen.append((time.monotonic() - t0, check(srv.url, *FAST, "-t", "4")))
+            phase.append("let go")
+            time.sleep(0.05)
+    finally:
+        held.release_all()
     shown = timeline(seen, phase)
     assert all(r.code != CRITICAL and r.word != "down" for _, r in seen), shown
     loading = [r for _, r in seen if r.code != OK]
@@ -322,6 +280,13 @@ def test_port_from_llama_arg_port_loading_is_starting_never_down(llama, check: C
     assert all("/metrics answered HTTP 503" in r.status for _, r in seen[2:5]), shown
     assert seen[-1][1].first.startswith("LLAMACPP OK - "), shown
     REPORTS["LLAMA_ARG_PORT, no --port, while it starts"] = shown
+
+
+def _health(srv: Flagged) -> int:
+    try:
+        return srv.get("/health", timeout=5).status_code
+    except httpx.HTTPError:
+        return 0
 
 
 API_KEY = "sk-real-llama-guarded-7731"
