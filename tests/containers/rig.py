@@ -44,6 +44,8 @@ DOCKER = "/usr/bin/docker"
 BUSYBOX = "/bin/busybox"
 IMAGE = "check-vllm-containers:tier"
 USER = "65534:65534"   # nobody:nogroup, from the host's /etc (bind-mounted)
+#: What a health or probe line says when it cannot keep its memory (issue 36: it must say so, and must not here).
+NO_MEMORY = ("refusing the state directory", "state not saved", "judged on this run alone")
 AUTOGROUP_SH = 'echo 19 > /proc/self/autogroup && exec "$@"'
 
 

@@ -22,17 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.rig.heavy_lock import HeavyLock
 from tests.rig.incident import wait
 from tests.rig.vllm_server import SERVED_MODEL_NAME, SERVER_ENV, VllmSetupError, ensure_tiny_model, ensure_venv
 
-from .conftest import REPORT, TIMINGS
 from .image import DOCKERFILE, build_shipped_image, build_wheel, make_base_image
-from .rig import AUTOGROUP_SH, Dockerd, RigError, parse_time, python_roots
+from .report import REPORT, TIMINGS
+from .rig import AUTOGROUP_SH, NO_MEMORY, Dockerd, RigError, parse_time, python_roots
 
 pytestmark = pytest.mark.containers
 
-NO_MEMORY = ("refusing the state directory", "state not saved", "judged on this run alone")
 LIBS = Path("/usr/lib/x86_64-linux-gnu")   # what torch and the venv's Python link: the host's, bind-mounted
 
 
@@ -71,7 +69,7 @@ class Shipped:
 
 
 @pytest.fixture(scope="module")
-def shipped(tmp_path_factory):
+def shipped(heavy, tmp_path_factory):
     t_all = time.monotonic()
     try:
         venv = ensure_venv()
@@ -83,43 +81,39 @@ def shipped(tmp_path_factory):
     work.mkdir(parents=True)
     short = Path(tempfile.mkdtemp(prefix="cvi-", dir="/tmp"))
     d = Dockerd(short)
-    lock = HeavyLock(say=lambda msg: print(msg, flush=True))
-    t = time.monotonic()
-    with lock:
-        TIMINGS["shipped image: waiting for the heavy lock"] = time.monotonic() - t
+    try:
         try:
-            try:
-                d.start()
-            except (RigError, OSError) as exc:
-                pytest.fail(f"shipped image: dockerd did not start: {exc}", pytrace=False)
+            d.start()
+        except (RigError, OSError) as exc:
+            pytest.fail(f"shipped image: dockerd did not start: {exc}", pytrace=False)
+        t = time.monotonic()
+        try:
+            base = make_base_image(d, work)
+            TIMINGS["shipped image: base image"] = time.monotonic() - t
             t = time.monotonic()
-            try:
-                base = make_base_image(d, work)
-                TIMINGS["shipped image: base image"] = time.monotonic() - t
-                t = time.monotonic()
-                wheel = build_wheel(work / "context")
-                image, log = build_shipped_image(d, work / "context", base)
-                TIMINGS["shipped image: wheel + docker build -f contrib/docker/Dockerfile"] = time.monotonic() - t
-            except (RigError, OSError) as exc:
-                pytest.fail(f"shipped image: {exc}", pytrace=False)
-            shared_model = Path(shutil.copytree(model, work / "model"))
-            for f in shared_model.iterdir():
-                f.chmod(0o644)
-            shared_model.chmod(0o755)
-            s = Shipped(d, image, venv, shared_model, log)
-            s.measured["wheel"] = wheel.name
-            s.measured["build"] = "built" if image else log[-500:]
-            (work / "docker-build.log").write_text(log)
-            yield s
-        finally:
-            for name in RUNS:
-                d.run("rm", "-f", name, check=False, timeout=60)
-            notes = d.stop()
-            shutil.copyfile(d.log, work / "dockerd.log") if d.log.exists() else None
-            shutil.rmtree(short, ignore_errors=True)
-            if "s" in locals():
-                REPORT["shipped image: measured"] = summary(s) + (f"\ntear-down: {notes}" if notes else "")
-    TIMINGS["shipped image: whole module (lock held)"] = time.monotonic() - t_all
+            wheel = build_wheel(work / "context")
+            image, log = build_shipped_image(d, work / "context", base)
+            TIMINGS["shipped image: wheel + docker build -f contrib/docker/Dockerfile"] = time.monotonic() - t
+        except (RigError, OSError) as exc:
+            pytest.fail(f"shipped image: {exc}", pytrace=False)
+        shared_model = Path(shutil.copytree(model, work / "model"))
+        for f in shared_model.iterdir():
+            f.chmod(0o644)
+        shared_model.chmod(0o755)
+        s = Shipped(d, image, venv, shared_model, log)
+        s.measured["wheel"] = wheel.name
+        s.measured["build"] = "built" if image else log[-500:]
+        (work / "docker-build.log").write_text(log)
+        yield s
+    finally:
+        for name in RUNS:
+            d.run("rm", "-f", name, check=False, timeout=60)
+        notes = d.stop()
+        shutil.copyfile(d.log, work / "dockerd.log") if d.log.exists() else None
+        shutil.rmtree(short, ignore_errors=True)
+        if "s" in locals():
+            REPORT["shipped image: measured"] = summary(s) + (f"\ntear-down: {notes}" if notes else "")
+    TIMINGS["shipped image: whole module"] = time.monotonic() - t_all
 
 
 #: The two runs of the image, started together (two model loads at once: the tier's time, issue 53), each judged
