@@ -73,7 +73,10 @@ def test_the_command_lines_port_beats_the_environments(spawn):
     assert _port_of(proc) == port
     seen = processes.by_command_line(port)
     assert seen is not None and seen.process is not None and seen.process.pid == proc.pid
-    assert processes.by_command_line(other) == processes.Witness()  # not the environment's port
+    # not the environment's port: this process is not named for it (the host's other servers, a real tier's vLLM in
+    # its containers' namespaces, may be named or noted: they are not this test's)
+    elsewhere = processes.by_command_line(other)
+    assert (elsewhere.process is None or elsewhere.process.pid != proc.pid) and str(proc.pid) not in elsewhere.error
 
 
 def test_an_unreadable_environment_tells_no_port_and_never_the_default():
