@@ -108,14 +108,10 @@ def _top(words: Mapping[str, str]) -> str:
 # --------------------------------------------------------------------------- the per-engine rule
 
 
-def _standing_word(prior: str | None, cur: EngineReading, gained: bool = False) -> str:
+def _standing_word(prior: str | None, cur: EngineReading) -> str:
     """A comparison that proves nothing (too short a gap, a page missing signals): the stall neither
-    grows nor ends, the engine's last word stands; but not a proof of `stuck` where this page carries signals
-    the baseline lacked (`gained`: counters back after a page cut short), which may have moved unseen: the
-    stall stands as `stalling` until a comparison of the same signals proves it again."""
+    grows nor ends, the engine's last word stands."""
     if cur.work > 0:
-        if gained and prior == STUCK:
-            return STALLING
         return prior if prior in (STALLING, STUCK) else BUSY
     return IDLE if prior in WORKING or prior is None else prior
 
@@ -136,8 +132,12 @@ def _engine(name: str, base: Baseline, cur: EngineReading, memory: Memory, gap: 
         return BUSY, None  # an engine we have not seen, or no signal on both pages: nothing to compare
     old = memory.stalls.get(name)
     if gap < settings.min_gap or signals_differ(p, cur):
+        if cur.work > 0 and not families(cur) <= families(p):
+            # counters back after a page cut short may have moved unseen since the stall began: it ends, and
+            # only a comparison of the same signals can prove one again (kept, it was CRITICAL 85 s after progress)
+            return BUSY, None
         prior = memory.last.engines.get(name) if memory.last and old else None
-        word = _standing_word(prior, cur, gained=not families(cur) <= families(p))
+        word = _standing_word(prior, cur)
         return word, (old if old and word != BUSY else None)
     streak = extend(old, base.at, now)
     return (STUCK if proven(streak, now, settings) else STALLING), streak

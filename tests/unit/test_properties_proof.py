@@ -76,6 +76,11 @@ cfg_st = st.builds(Settings, stuck_readings=st.integers(1, 3), stuck_seconds=st.
 @example(cfg=Settings(stuck_readings=1, stuck_seconds=30.0, min_gap=0.0, max_age=3600.0),
          runs=[(1.0, "work arrives", "answered", False), (1.0, "cut page", "answered", True),
                (30.0, "cut page", "answered", True), (1.0, "progress", "answered", False)])
+@example(  # the counters back after the cut pages had moved: the stall kept from the gauges' proof made the next
+    # full page CRITICAL "no progress for 300 s" 85 s after that progress
+    cfg=Settings(stuck_readings=1, stuck_seconds=300.0, min_gap=0.0, max_age=3600.0),
+    runs=[(1.0, "work arrives", "answered", False), (1.0, "cut page", "answered", True),
+          (59.0, "cut page", "answered", True), (156.0, "progress", "answered", False), (85.0, "none", "answered", False)])
 def test_critical_only_after_real_proof(cfg, runs):
     eng, memory = Engine(), Memory()
     t, offset = 0.0, 1_700_000_000.0
