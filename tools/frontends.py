@@ -9,6 +9,9 @@ function, never restated here:
 - the orchestrator probes' liveness, readiness and startup (check_vllm.probes.answers), startup also with a
   reading this run, with the server's model list naming the model (Seen.loaded) and with the state file saying
   it served before;
+- the handler and liveness over a fleet restart budget (issue 55): the handler's own rule
+  (check_vllm.restart.fleet.rule) on a group over its budget, and the probe's answer to it
+  (check_vllm.probes.answers.budgeted);
 - the Netdata collector's vllm.state dimension (check_vllm.netdata.charts.collect) and the alarm the shipped
   health.d raises on it (check_vllm.netdata.alarms.raised).
 
@@ -33,7 +36,8 @@ from check_vllm.haproxy.reply import Reply, reply_for
 from check_vllm.nagios.plugin import VerdictContext
 from check_vllm.netdata import alarms, charts
 from check_vllm.netdata.config import Job
-from check_vllm.probes.answers import Answer, Seen, liveness, readiness, said, startup
+from check_vllm.probes.answers import Answer, Seen, budgeted, liveness, readiness, said, startup
+from check_vllm.restart.fleet import Budget, limit, rule
 from check_vllm.restart.policy import Decision, Event, Policy, decide
 
 #: The time the verdict was saved and the handler called: a fresh verdict, no restart before it.
@@ -42,6 +46,10 @@ NOW = 1_000_000.0
 STARTUP_ALSO: tuple[tuple[str, Callable[[Seen], Seen]], ...] = (
     ("read", lambda s: s._replace(reading=True)), ("its model listed", lambda s: s._replace(loaded=True)),
     ("it served before", lambda s: s._replace(served_before=True)))
+#: A group over its fleet restart budget: 3 of its 4 servers proven stuck or starting, at most 2 at once.
+OVER_BUDGET = (Budget("http://prometheus:9090", "gpu-a", limit("2")), 3, 4)
+#: How a cell names a group over its fleet restart budget (docs/fleet.md).
+OVER = "over the fleet budget"
 #: The netdata level's name as Netdata's alarm status says it.
 LEVELS = {alarms.WARN: "WARNING", alarms.CRIT: "CRITICAL"}
 
@@ -54,6 +62,9 @@ class Answers(NamedTuple):
     exit: int
     handler: Decision
     handler_proxy: Decision
+    #: The handler's decision, and liveness, when the group is over its fleet restart budget (OVER_BUDGET).
+    handler_over: Decision
+    liveness_over: Answer
     reply: Reply
     rotation: str
     liveness: Answer
@@ -84,13 +95,22 @@ def _netdata(verdict: Verdict) -> tuple[str, int]:
     return on[0]
 
 
+def _over_budget(decision: Decision) -> Decision:
+    """A decision to restart as the fleet restart budget leaves it when the group is over it; else as it is."""
+    budget, busy, size = OVER_BUDGET
+    return rule(budget, busy, size, decision) if decision.act else decision
+
+
 def answers(word: str, state: int) -> Answers:
     """Every front end's answer to the verdict `word` at `state`."""
     verdict = Verdict(word, state, "", Memory())
     seen = Seen(word, state, word)
     dimension, value = _netdata(verdict)
-    return Answers(word, state, _exit(verdict), _handler(word, state, False), _handler(word, state, True),
-                   reply_for(word, state), rotation.rotation_for(word, state), liveness(seen), readiness(seen),
+    handler, live = _handler(word, state, False), liveness(seen)
+    asked = _over_budget(Decision(True, live.why, "restart"))
+    return Answers(word, state, _exit(verdict), handler, _handler(word, state, True), _over_budget(handler),
+                   budgeted(live, asked.act, asked.why), reply_for(word, state), rotation.rotation_for(word, state),
+                   live, readiness(seen),
                    startup(seen), tuple(startup(more(seen)) for _, more in STARTUP_ALSO),
                    dimension, value, alarms.raised(dimension, value))
 
@@ -118,8 +138,14 @@ def _handler_cell(row: Answers) -> str:
     def one(d: Decision) -> str:
         return f"**{d.kind}**" if d.act else f"{d.kind}: {d.why}"
 
-    proxy = row.handler_proxy
-    return one(row.handler) + (f"; with `--proxy`: {one(proxy)}" if proxy.act != row.handler.act else "")
+    proxy, over = row.handler_proxy, row.handler_over
+    return one(row.handler) + (f"; with `--proxy`: {one(proxy)}" if proxy.act != row.handler.act else "") \
+        + (f"; {OVER}: {over.kind}" if over.act != row.handler.act else "")
+
+
+def _liveness(row: Answers) -> str:
+    over = row.liveness_over
+    return _probe(row.liveness) + (f"; {OVER}: {_probe(over)}" if over.passed != row.liveness.passed else "")
 
 
 def _reply(row: Answers) -> str:
@@ -136,7 +162,7 @@ COLUMNS: Mapping[str, tuple[str, Callable[[Answers], str]]] = MappingProxyType({
     "handler": ("restart", _handler_cell),
     "agent reply": ("haproxy", _reply),
     "rotation": ("haproxy", lambda r: r.rotation),
-    "liveness": ("probes", lambda r: _probe(r.liveness)),
+    "liveness": ("probes", _liveness),
     "readiness": ("probes", lambda r: _probe(r.readiness)),
     "startup": ("probes", _startup),
     "Netdata vllm.state": ("netdata", lambda r: f"`{r.dimension}` = {r.value}"),

@@ -16,7 +16,7 @@ from check_vllm.cli.args import Deadline, Parser, UsageError, check_url, number
 from check_vllm.cli.option_table import CHECK
 from check_vllm.contract.defaults import LOCK_TIMEOUT, RUN_TIMEOUT, SETTINGS
 from check_vllm.contract.vocab import CODE_NAMES, UNKNOWN
-from check_vllm.probes.answers import REUSE_MAX, REUSE_OPTION
+from check_vllm.nagios import probe
 
 if TYPE_CHECKING:
     from check_vllm.probes.answers import Answer
@@ -49,7 +49,9 @@ def epilog() -> str:
     return "\n".join(lines) + "\n"
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The check's command line; given the `argv` it will parse, without the options it cannot need there (see
+    check_vllm.nagios.probe.add_options); without, whole (--help, the docs)."""
     p = Parser(prog=PROG, description="Tell a busy LLM server (vLLM, llama.cpp, SGLang) from a stuck one, without using its request slots.",
                 epilog=epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     c = p.add_argument_group(option_table.SERVER)
@@ -69,20 +71,7 @@ def parser() -> argparse.ArgumentParser:
                    help="whole run, UNKNOWN beyond it (default: %(default)g)")
     g.add_argument("-v", "--verbose", action="count", default=0, help="more output (repeatable)")
     g.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
-    # issue 28: one block, the probe's own (check_vllm.probes.exec_probe, check_vllm.probes.answers)
-    from check_vllm.probes.answers import AGENT_OPTION, KINDS, OPTION
-
-    o = p.add_argument_group("orchestrator probe (docs/probes.md)")
-    o.add_argument(OPTION, choices=KINDS, help="answer as a Kubernetes exec probe or Docker HEALTHCHECK: exit 0 "
-                   "pass, 1 fail, one line; liveness fails only on proof, readiness from the first sign, startup "
-                   "until it served; a fault of the check itself never fails liveness or readiness")
-    o.add_argument(AGENT_OPTION, metavar="HOST:PORT", help="with --probe: ask the check_vllm_agent --probe-listen "
-                   "at HOST:PORT first (one loopback request, no judgement here); when it gives no answer, judge "
-                   "this run as without it and say so")
-    o.add_argument(REUSE_OPTION, type=number(float), default=0.0, metavar="S",
-                   help="with --probe liveness or readiness: pass on a passing verdict another run saved at most S "
-                        f"seconds ago, without reading the server (so the two share one reading a period); a fail "
-                        f"is always read afresh; 0 to {REUSE_MAX:g} (default: %(default)g: every probe reads)")
+    probe.add_options(p, argv)  # issue 28: the probe's own block, and the fleet restart budget liveness keeps
     return p
 
 
@@ -99,8 +88,7 @@ def _validate(args: argparse.Namespace) -> None:
                      if args.max_age == SETTINGS.max_age else
                      f"--max-age {args.max_age:g} must be longer than {option} {value:g}")
             raise UsageError(f"{which}: a reading older than --max-age is no baseline")
-    if not 0 <= args.reuse_verdict <= REUSE_MAX:
-        raise UsageError(f"{REUSE_OPTION} must be from 0 to {REUSE_MAX:g} seconds")
+    probe.validate(args)
 
 
 def _validate_texts(args: argparse.Namespace) -> None:
@@ -141,29 +129,25 @@ def main(argv: list[str] | None = None) -> NoReturn:
     if kind is None:  # a plain check never loads the probe's glue
         _check(argv)
         sys.exit(UNKNOWN)
-    agent, aside = agent_in(given), ""
+    agent, aside, failed = agent_in(given), "", None
     if agent is not None and kind in KINDS:  # asked before anything heavy is imported: that is its whole worth
-        from check_vllm.probes import ask
-
-        asked = ask.ask(kind, agent)
-        if asked.code is not None:
-            print(asked.line)
-            sys.exit(asked.code)
-        aside = f"agent {agent} gave no answer ({asked.line}): judged by this run"
+        failed, aside = probe.agent_first(kind, agent)
     from check_vllm.probes import exec_probe
 
     # a probe answers 0/1 and one line, whatever happens in the run (exit 2, 3, a bug)
-    exec_probe.guard(kind, lambda: _check(argv), exec_probe.verbose_in(given), aside)
+    exec_probe.guard(kind, lambda: _check(argv, failed), exec_probe.verbose_in(given), aside)
 
 
-def _check(argv: list[str] | None = None) -> Answer:
+def _check(argv: list[str] | None = None, failed: str | None = None) -> Answer:
     """The check's run; with --probe, the probe's answer is returned (check_vllm.probes.exec_probe.guard prints it).
-    A plain check ends in the plugin API's exit, never returns."""
+    A plain check ends in the plugin API's exit, never returns. `failed`: the agent's liveness fail line, answered
+    instead of a run of ours."""
     started = time.monotonic()
     statusline.prepare()  # LC_ALL=C or PYTHONIOENCODING=ascii: a model id in another script must not crash the output
     lean_imports()
     try:
-        args = parser().parse_args(argv)
+        given = sys.argv[1:] if argv is None else argv
+        args = parser(given).parse_args(given)
         _validate(args)
     except UsageError as err:
         _unknown(f"usage: {err} (see --help)")
@@ -182,7 +166,8 @@ def _check(argv: list[str] | None = None) -> Answer:
 
         state_dir = Path(args.state_dir) if args.state_dir else default_dir()
         held = None
-        if args.probe and args.reuse_verdict:  # before httpx is imported: a reused verdict costs a start and a file
+        # before httpx is imported: a reused verdict costs a start and a file (never for the agent's fail)
+        if args.probe and args.reuse_verdict and failed is None:
             from check_vllm.probes.exec_probe import answer_saved
 
             waiting_for[0] = "the state file lock (a verdict to reuse)"
@@ -191,11 +176,14 @@ def _check(argv: list[str] | None = None) -> Answer:
             if reply is not None:
                 return reply
         _validate_texts(args)
-        run = _run(args, state_dir, started, lambda what: waiting_for.__setitem__(0, what))
-        if args.probe:
-            from check_vllm.probes.exec_probe import answer_run
 
-            return answer_run(args.probe, run, held)
+        def doing(what: str) -> None:
+            waiting_for[0] = what
+
+        if args.probe:
+            return probe.answer(args, failed, lambda: _run(args, state_dir, started, doing), held,
+                                started + args.timeout, doing)
+        run = _run(args, state_dir, started, doing)
         from check_vllm.contract.vocab import PERFDATA
         from check_vllm.nagios.plugin import build
 
@@ -229,8 +217,9 @@ def _run(args: argparse.Namespace, state_dir: Path, started: float, doing: Any) 
         settings=option_table.settings_from(args, CHECK),
         options=option_table.options_from(args, CHECK),
         state_dir=state_dir,
-        # leave a second for the state file and the output, so our own verdicts beat the alarm
-        deadline=started + args.timeout - 1.0,
+        # leave a second for the state file and the output, so our own verdicts beat the alarm, and a liveness
+        # probe's question to the fleet restart budget its own time
+        deadline=started + args.timeout - 1.0 - probe.keeps(args),
         lock_timeout=min(LOCK_TIMEOUT, args.timeout / 3),
         doing=doing,
     )

@@ -6,7 +6,9 @@ probe takes the pod out of its Service, a startup probe holds the other two back
 
 - liveness fails only where check_vllm_restart would restart: a restartable word (vocab.RESTARTABLE) at
   CRITICAL, i.e. with its proof. A first sign, a start, a stop, sleep, and every fault of the monitoring side
-  pass, and the line says in spite of what: a probe's own fault must never restart the server.
+  pass, and the line says in spite of what: a probe's own fault must never restart the server. Under a fleet
+  restart budget a failing liveness asks the fleet first and passes over it (budgeted; the question is the
+  handler's, asked by check_vllm.restart.fleet_probe).
 - readiness fails from the first sign: whatever the rotation table (check_vllm.contract.rotation) drains,
   fails or marks down. What it abstains on, and every fault of ours, passes: capacity is never taken out on
   the monitor's own fault.
@@ -54,6 +56,8 @@ PASS, FAIL = 0, 1
 LINE_CAP = 300
 #: A fault beside a verdict is quoted this far, so that the verdict still fits on the line.
 FAULT_CAP = 120
+#: The proof a fleet budget's word follows is cut to fit the line, never below this.
+PROOF_MIN = 40
 
 
 class Seen(NamedTuple):
@@ -116,6 +120,26 @@ def liveness(seen: Seen) -> Answer:
     if not _ours(seen) and seen.word in RESTARTABLE and seen.code == CRITICAL:
         return Answer(LIVENESS, False, said(seen))
     return _clean_pass(LIVENESS, seen)
+
+
+def restarts(reply: Answer) -> bool:
+    """The answer restarts the server: a failing liveness (the kubelet, or Docker's restarter, acts on it)."""
+    return reply.kind == LIVENESS and not reply.passed
+
+
+def budgeted(reply: Answer, act: bool, why: str, proof: str = "") -> Answer:
+    """A failing liveness once the fleet restart budget was asked (check_vllm.restart.fleet): kept (`act`), it
+    fails; held (over the budget, or the fleet not asked under --fleet-unasked hold), it passes in spite of the
+    proof, and a person decides. `why` is the proof (`proof`, when it starts with it), then the budget's word: the
+    proof is cut so that the budget's word still fits on the line. Any other answer is as it was."""
+    if not restarts(reply):
+        return reply
+    held = Answer(reply.kind, not act, why, in_spite=not act)
+    if proof and why.startswith(proof):
+        word = why[len(proof):]
+        room = LINE_CAP - len(held._replace(why=word).line())
+        held = held._replace(why=clean(proof, max(room, PROOF_MIN)) + word)
+    return held
 
 
 def readiness(seen: Seen) -> Answer:

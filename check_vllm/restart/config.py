@@ -15,7 +15,7 @@ from check_vllm.contract.instants import Instant
 from check_vllm.machine import clock as clocks
 from check_vllm.memory.door import Door
 from check_vllm.memory.statefile import default_dir
-from check_vllm.restart.fleet import Budget
+from check_vllm.restart.fleet import ICINGA, PROMETHEUS, Budget
 from check_vllm.restart.history import history_file
 from check_vllm.restart.policy import Policy
 from check_vllm.restart.post_mortem import Plan
@@ -60,6 +60,16 @@ def configured(args: argparse.Namespace) -> Config:
         post_mortem=Plan(not args.no_post_mortem, Path(args.post_mortem_dir) if args.post_mortem_dir else None,
                          args.post_mortem_budget, args.post_mortem_keep, args.post_mortem_max_mb << 20),
         connection=connection_of(args),
-        fleet=Budget(args.fleet_prometheus.rstrip("/"), args.fleet_group, args.fleet_max, args.fleet_unasked,
-                     args.fleet_timeout) if args.fleet_prometheus else None,
+        fleet=_budget(args),
     )
+
+
+def _budget(args: argparse.Namespace) -> Budget | None:
+    """The fleet restart budget of one source (options checked they are not both given), or None when off."""
+    icinga = getattr(args, "fleet_icinga", None)
+    url = icinga or args.fleet_prometheus
+    if not url:
+        return None
+    return Budget(url.rstrip("/"), args.fleet_group, args.fleet_max, args.fleet_unasked, args.fleet_timeout,
+                  source=ICINGA if icinga else PROMETHEUS, login=getattr(args, "fleet_login", None),
+                  ca_data=getattr(args, "fleet_ca_data", None))

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from check_vllm import __version__
 from check_vllm.cli import option_table
 from check_vllm.cli.args import Parser, UsageError, check_url, number
+from check_vllm.cli.connection import KEY_LIMIT, check_ca_file, read_bounded
 from check_vllm.cli.option_table import HANDLER
 from check_vllm.contract.defaults import LOCK_TIMEOUT
 from check_vllm.contract.vocab import CODE_NAMES
-from check_vllm.restart import fleet, post_mortem
+from check_vllm.restart import fleet, fleet_options, post_mortem
 from check_vllm.restart.policy import Event, Policy
 
 PROG = HANDLER
@@ -75,18 +77,16 @@ def parser() -> argparse.ArgumentParser:
                    "nothing; exit 0 either way: a Kubernetes preStop hook, the Docker restarter (docs/handler.md)")
     m.add_argument("--post-mortems", action="store_true", help="list the bundles kept in the post-mortem directory "
                    "(oldest first: when, size, what each holds) and exit (no --state, no command needed)")
-    f = p.add_argument_group("fleet restart budget (on with --fleet-prometheus and --fleet-group; docs/fleet.md)")
-    f.add_argument("--fleet-prometheus", metavar="URL", help="the Prometheus that scrapes the group's "
-                   "check_vllm_agent --metrics-listen, asked (GET URL/api/v1/query) only once a restart is decided")
-    f.add_argument("--fleet-group", type=fleet.group, metavar="NAME", help=f"this server's group: the value of the "
-                   f"{fleet.LABEL!r} label on its agent's scrape target")
-    f.add_argument("--fleet-max", type=fleet.limit, metavar="N|P%", help="no restart while more than N servers of "
-                   "the group (or P%% of it, at least 1) are proven stuck or starting, this one included: a person "
-                   "decides")
-    f.add_argument("--fleet-unasked", choices=fleet.UNASKED, default=fleet.UNASKED[0], help="when Prometheus cannot "
-                   "be asked: restart as without a budget, or hold (default %(default)s); the line says so either way")
-    f.add_argument("--fleet-timeout", type=number(float, 0.1), default=fleet.TIMEOUT, metavar="S",
-                   help="wait at most S seconds for Prometheus (default %(default)g)")
+    f = p.add_argument_group("fleet restart budget (on with --fleet-prometheus or --fleet-icinga, and --fleet-group; "
+                             "docs/fleet.md)")
+    fleet_options.add(f, "once a restart is decided", source="the source",
+                      also=", or the Icinga 2 servicegroup of its check_vllm service")
+    f.add_argument("--fleet-icinga", metavar="URL", help="or the Icinga 2 API on the master (https://master:5665), "
+                   "asked for the servicegroup's services only once a restart is decided")
+    f.add_argument("--fleet-icinga-user-file", metavar="FILE", help="a file holding the ApiUser's user:password "
+                   "(permission objects/query/Service), read at each run, never shown")
+    f.add_argument("--fleet-ca-file", metavar="FILE", help="the CA bundle that signed the source's https "
+                   "certificate (the master's CA: /var/lib/icinga2/certs/ca.crt)")
     r = p.add_argument_group("run")
     r.add_argument("--command-timeout", type=number(float, 1), default=COMMAND_TIMEOUT, metavar="S",
                    help="kill the restart command after S seconds (default %(default)g)")
@@ -132,15 +132,61 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Event, list[str]]:
 
 
 def _check_fleet(args: argparse.Namespace) -> None:
-    """The budget is on with both its URL and its group, and then needs its limit; half of it is a usage error,
-    never a budget silently off."""
-    given = [o for o, v in (("--fleet-prometheus", args.fleet_prometheus), ("--fleet-group", args.fleet_group),
-                            ("--fleet-max", args.fleet_max)) if v is not None]
+    """The budget is on with one source, its group and its limit; half of it is a usage error, never a budget
+    silently off. The Icinga 2 login and the CA file are read here, at each run: a bad one is said at once."""
+    if args.fleet_prometheus is not None and args.fleet_icinga is not None:
+        raise UsageError("--fleet-prometheus and --fleet-icinga are exclusive: the budget asks one source")
+    source = "--fleet-icinga" if args.fleet_icinga is not None else "--fleet-prometheus"
+    url = args.fleet_icinga if args.fleet_icinga is not None else args.fleet_prometheus
+    given = [o for o, v in ((source, url), ("--fleet-group", args.fleet_group), ("--fleet-max", args.fleet_max))
+             if v is not None]
     if given and len(given) < 3:
-        raise UsageError(f"the fleet restart budget needs --fleet-prometheus, --fleet-group and --fleet-max "
-                         f"together (given: {', '.join(given)})")
-    if args.fleet_prometheus is not None:
-        check_url(args.fleet_prometheus, "--fleet-prometheus")
+        instead = "" if args.fleet_icinga is not None else " (or --fleet-icinga in place of --fleet-prometheus)"
+        raise UsageError(f"the fleet restart budget needs {source}, --fleet-group and --fleet-max together{instead} "
+                         f"(given: {', '.join(given)})")
+    args.fleet_login = args.fleet_ca_data = None
+    if args.fleet_icinga_user_file is not None and args.fleet_icinga is None:
+        raise UsageError("--fleet-icinga-user-file goes with --fleet-icinga")
+    if args.fleet_ca_file is not None and url is None:
+        raise UsageError("--fleet-ca-file goes with --fleet-icinga or --fleet-prometheus")
+    if url is None:
+        return
+    check_url(url, source)
+    if args.fleet_icinga is not None:
+        _check_icinga(args)
+    if args.fleet_ca_file is not None:
+        args.fleet_ca_data = check_ca_file(args.fleet_ca_file, lambda row: "--fleet-ca-file")
+
+
+def _check_icinga(args: argparse.Namespace) -> None:
+    """The Icinga 2 API speaks HTTPS only and takes the login from its file, never from the URL (a status line
+    and the process list show a URL)."""
+    from check_vllm.contract.safe_text import without_userinfo
+
+    if without_userinfo(args.fleet_icinga) != args.fleet_icinga:
+        raise UsageError("--fleet-icinga must not carry user:password: put them in --fleet-icinga-user-file")
+    if not args.fleet_icinga.lower().startswith("https://"):
+        raise UsageError("--fleet-icinga must be an https:// URL: the Icinga 2 API speaks only HTTPS")
+    if args.fleet_icinga_user_file is None:
+        raise UsageError("--fleet-icinga needs --fleet-icinga-user-file (the ApiUser's user:password)")
+    args.fleet_login = _read_login(args.fleet_icinga_user_file)
+
+
+def _read_login(path: str) -> fleet.Login:
+    """The ApiUser's login from its file, read as the check reads its key file (bounded, a regular file, never
+    blocking); a refusal names the file, never a byte of what it holds."""
+    name = "--fleet-icinga-user-file"
+    where = f"{name} {path}" if os.path.lexists(path) else name  # a login given where its file belongs: unshown
+    try:
+        text = read_bounded(path, KEY_LIMIT).decode("utf-8")
+    except OSError as err:
+        raise UsageError(f"cannot read {where}: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{where}: not UTF-8 text") from None
+    login = fleet.login(text)
+    if login is None:
+        raise UsageError(f"{where} holds no user:password line (user and password both non-empty)")
+    return login
 
 
 def _state_type(text: str) -> str:

@@ -22,13 +22,16 @@ SCRIPT = Path(__file__).resolve().parents[2] / "contrib" / "docker" / "restart-u
 #: $DIR/unhealthy: one "ID NAME" a line, the containers unhealthy now; $DIR/events: the lines the first `docker
 #: events` prints before its stream ends (later ones block, as a quiet stream does); every call is logged. As the
 #: real client does, `ps` prints an ID cut to 12 hex digits unless --no-trunc (docker/cli's formatter
-#: TruncateID), while `events` prints the full 64 of .Actor.ID.
+#: TruncateID), while `events` prints the full 64 of .Actor.ID. $DIR/status.ID, when there, is the health
+#: status `inspect` says now (the health check's latest word, after the event or the `ps` line was printed).
 FAKE = """#!/bin/sh
 echo "$*" >> "$DIR/calls"
 case "$1" in
   ps) case " $* " in *" --no-trunc "*) cut=64 ;; *) cut=12 ;; esac
       while read -r id name; do echo "$(echo "$id" | cut -c1-$cut) $name unhealthy-now"; done < "$DIR/unhealthy" ;;
-  inspect) id=$(eval echo \\${$#}); grep -q "^$id " "$DIR/unhealthy" && echo unhealthy || echo healthy ;;
+  inspect) id=$(eval echo \\${$#})
+           if [ -e "$DIR/status.$id" ]; then cat "$DIR/status.$id"
+           elif grep -q "^$id " "$DIR/unhealthy"; then echo unhealthy; else echo healthy; fi ;;
   events) if [ ! -e "$DIR/events.done" ]; then : > "$DIR/events.done"; cat "$DIR/events"; exit 0; fi
           exec sleep 60 ;;
   restart) id=$(eval echo \\${$#}); echo "$id" >> "$DIR/restarts" ;;
@@ -44,11 +47,13 @@ class Restarter:
         fake.chmod(0o755)
         (tmp_path / "unhealthy").write_text(unhealthy)
         (tmp_path / "events").write_text(events)
-        self.proc = subprocess.Popen(
-            [SHELL, str(SCRIPT), "--filter", "label=check_vllm.restart=unhealthy"],
-            env={**os.environ, "DOCKER": str(fake), "DIR": str(tmp_path), "COOLDOWN": str(cooldown),
-                 "RECONNECT": "1", "STATE_DIR": str(tmp_path / "state")},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.log = tmp_path / "out"
+        with self.log.open("w") as log:  # a file, not a pipe: its lines can be awaited while it runs
+            self.proc = subprocess.Popen(
+                [SHELL, str(SCRIPT), "--filter", "label=check_vllm.restart=unhealthy"],
+                env={**os.environ, "DOCKER": str(fake), "DIR": str(tmp_path), "COOLDOWN": str(cooldown),
+                     "RECONNECT": "1", "STATE_DIR": str(tmp_path / "state")},
+                stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
     def restarts(self) -> list[str]:
         path = self.dir / "restarts"
@@ -58,11 +63,14 @@ class Restarter:
         path = self.dir / "calls"
         return path.read_text().splitlines() if path.exists() else []
 
+    def out(self) -> str:
+        return self.log.read_text()
+
     def stop(self) -> str:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=10)
-        return out
+        self.proc.wait(timeout=10)
+        return self.out()
 
 
 @pytest.fixture
@@ -89,7 +97,8 @@ def test_a_container_unhealthy_before_the_restarter_starts_is_restarted(restarte
     assert ps and "--filter health=unhealthy --filter label=check_vllm.restart=unhealthy" in ps[0], ps
 
 
-def test_each_unhealthy_event_restarts_without_a_cooldown(restarter):
+def test_each_unhealthy_event_restarts_without_a_cooldown(restarter, tmp_path):
+    (tmp_path / "status.c1").write_text("unhealthy\n")  # each event read while it is still unhealthy
     r = restarter(0, events="c1 vllm health_status: unhealthy\nc1 vllm health_status: healthy\n"
                             "c1 vllm health_status: unhealthy\n")
     wait_for("two restarts", lambda: len(r.restarts()) >= 2, 10)
@@ -97,6 +106,22 @@ def test_each_unhealthy_event_restarts_without_a_cooldown(restarter):
     assert r.restarts() == ["c1", "c1"], out
     events = [c for c in r.calls() if c.startswith("events ")]
     assert "--filter event=health_status --filter label=check_vllm.restart=unhealthy" in events[0], events
+
+
+@pytest.mark.parametrize("seen", ["event", "sweep"])
+def test_a_container_healthy_again_before_its_line_is_read_is_left_alone(restarter, tmp_path, seen):
+    """The event (or the `docker ps` line) said unhealthy, but by the time the loop reads it the health check
+    passed again (its liveness probe held the restart for the fleet restart budget, say): the restarter acts on
+    the probe's latest word, `docker inspect`'s, and restarts nothing."""
+    (tmp_path / "status.c1").write_text("healthy\n")
+    r = restarter(0, unhealthy="c1 vllm\n" if seen == "sweep" else "",
+                  events="c1 vllm health_status: unhealthy\n" if seen == "event" else "")
+    said = f"vllm {'unhealthy (docker ps)' if seen == 'sweep' else 'unhealthy'}: healthy now (its health check " \
+           "passed since): not restarted"
+    wait_for("the restarter to look at c1 and say so", lambda: said in r.out(), 10, diag=r.out)
+    out = r.stop()
+    assert r.restarts() == [], out
+    assert any(c.startswith("inspect ") and c.endswith(" c1") for c in r.calls()), r.calls()
 
 
 def test_unhealthy_again_within_the_cooldown_is_restarted_when_it_ends(restarter):
@@ -146,11 +171,12 @@ FULL = "4f3c2b1a0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b"
 
 
 @pytest.mark.parametrize("first", ["sweep", "event"])
-def test_one_container_is_one_name_whichever_path_saw_it(restarter, first):
+def test_one_container_is_one_name_whichever_path_saw_it(restarter, tmp_path, first):
     """`docker ps` cuts IDs to 12 digits, events carry all 64: kept under two names, a container the sweep
     restarted that an event reports unhealthy again was restarted at once, cooldown or not (and the reverse).
     One name (the full ID) for both: one restart within the cooldown."""
     event = f"{FULL} vllm health_status: unhealthy\n"
+    (tmp_path / f"status.{FULL}").write_text("unhealthy\n")  # all along
     r = restarter(30, unhealthy=f"{FULL} vllm\n" if first == "sweep" else "",
                   events=event if first == "event" else "")
     wait_for("the first restart", lambda: r.restarts(), 10)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -86,6 +88,20 @@ def check(tmp_path: Path) -> Callable[..., Outcome]:
     return run
 
 
+#: The spawner of a measured run (see spawn): exec the run, wait, write its peak RSS (KiB), leave with its end.
+SPAWNER = """
+import os, sys
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as out:
+    out.write(str(usage.ru_maxrss))
+code = os.waitstatus_to_exitcode(status)
+if code < 0:
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
+
+
 def spawn(argv: list[str], env: dict[str, str], limit: float = 90.0) -> tuple[int, str, str, int]:
     """Run to completion; exit code, stdout, stderr and the peak RSS (KiB) of that very process (wait4). A run
     of the check or the handler itself is forked from the rig's warm zygote (its peak RSS then counts the
@@ -98,9 +114,14 @@ def spawn(argv: list[str], env: dict[str, str], limit: float = 90.0) -> tuple[in
         raise AssertionError(f"{argv} did not finish in {limit:g} s") from None
     if forked is not None:
         return forked.code, forked.out, forked.err, forked.rss_kb
-    # close_fds=False lets Python posix_spawn the child: a fork would count this test process's own
-    # memory in the child's peak RSS. Our fds are non-inheritable anyway (PEP 446).
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=False)
+    # The run's peak RSS is counted from its exec: the kernel records the memory it exec'd FROM as the process's
+    # peak (exec_mmap's setmax_mm_hiwater_rss), and a child of this test process (fork, vfork or posix_spawn
+    # alike) would report this worker's own peak, which grows with every test it ran (-n 2 read 117 MB). So a
+    # small spawner, started fresh, execs the run and reports its rusage; it dies with the run's signal.
+    report = tempfile.NamedTemporaryFile(prefix="rusage-", delete=False)
+    report.close()
+    proc = subprocess.Popen([sys.executable, "-I", "-c", SPAWNER, report.name, *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, start_new_session=True)
     chunks: dict[str, bytes] = {}
 
     def drain(name: str, stream: Any) -> None:
@@ -110,18 +131,20 @@ def spawn(argv: list[str], env: dict[str, str], limit: float = 90.0) -> tuple[in
                for n, s in (("out", proc.stdout), ("err", proc.stderr))]
     for t in readers:
         t.start()
-    timer = threading.Timer(limit, proc.kill)
+    timer = threading.Timer(limit, lambda: os.killpg(proc.pid, signal.SIGKILL))
     timer.start()
     try:
-        _, status, usage = os.wait4(proc.pid, 0)
+        _, status, _ = os.wait4(proc.pid, 0)
     finally:
         timer.cancel()
+    rss = int(Path(report.name).read_text() or 0)
+    os.unlink(report.name)
     proc.returncode = os.waitstatus_to_exitcode(status)
     for t in readers:
         t.join()
     assert proc.returncode != -9, f"{argv} did not finish in {limit:g} s"
     return (proc.returncode, chunks["out"].decode(errors="replace"), chunks["err"].decode(errors="replace"),
-            usage.ru_maxrss)
+            rss)
 
 
 # --------------------------------------------------------------------------- a vLLM page factory

@@ -79,7 +79,8 @@ def test_every_front_end_has_its_columns():
 
 def test_a_stale_cell_is_named():
     text = tool.FRONTENDS.read_text()
-    stale = text.replace("| `stuck` | CRITICAL | 2 CRITICAL | **restart** |", "| `stuck` | CRITICAL | 2 CRITICAL | skip |")
+    stale = text.replace("| `stuck` | CRITICAL | 2 CRITICAL | **restart**; over the fleet budget: refuse |",
+                         "| `stuck` | CRITICAL | 2 CRITICAL | skip |")
     assert stale != text
     table = frontends.parse(stale.split(tool.F_START, 1)[1])
     assert table[("stuck", "CRITICAL")]["handler"] == "skip"
@@ -98,6 +99,19 @@ def test_only_a_restartable_word_at_critical_restarts_and_fails_liveness(row):
     assert row.liveness.passed is not proof, row.liveness
     # --proxy adds the proxy's CRITICAL (its handler's own option), and nothing else
     assert row.handler_proxy.act is (proof or (row.word == vocab.PROXY and row.state == CRITICAL))
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r.word}-{CODE_NAMES[r.state]}")
+def test_over_the_fleet_budget_neither_the_handler_nor_liveness_restarts(row):
+    """The handler and the liveness probe (whose fail is the kubelet's or Docker's restart) keep one budget: over it
+    neither restarts, each saying why; elsewhere it changes nothing."""
+    proof = row.word in vocab.RESTARTABLE and row.state == CRITICAL
+    assert not row.handler_over.act and row.liveness_over.passed, (row.handler_over, row.liveness_over)
+    assert (row.handler_over.kind == "refuse") is proof and (row.liveness_over != row.liveness) is proof
+    if proof:
+        assert row.liveness_over.in_spite and row.liveness_over.why.endswith("not restarting, a person decides")
+        assert "over the fleet budget: refuse" in frontends.cells(row)["handler"]
+        assert "over the fleet budget: pass, in spite of it" in frontends.cells(row)["liveness"]
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r.word}-{CODE_NAMES[r.state]}")
