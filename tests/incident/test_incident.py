@@ -58,7 +58,8 @@ from tests.rig.vllm_server import Load, sample_sum, saturated
 
 pytestmark = pytest.mark.incident
 
-BATCH_SECONDS = 70
+#: The batch: long enough for ~16 check results under saturation and three of the classic watchdog's restarts.
+BATCH_SECONDS = 50
 #: The maintenance window of phase 3c, from just before the hang: longer than the hang takes to HARD CRITICAL
 #: (11 s in CI's runs), so the handler is called inside it.
 DOWNTIME_SECONDS = 45

@@ -1,6 +1,7 @@
 """The soak's knobs: SOAK_MINUTES and SOAK_SEED from the environment, and the two settings sets.
 
-A short soak (CI, SOAK_MINUTES < 30, default 8) scales the check's and the handler's times down ~15x as
+A short soak (CI, SOAK_MINUTES < 30, default 7: the seeded schedule's faults end near 400 s, and the last
+normal window runs at least 20 s past them whatever the minutes) scales the check's and the handler's times down ~15x as
 the incident tier does (tests/incident/incident.py); a long one (SOAK_MINUTES >= 30) runs the shipped
 defaults: the CheckCommand's own (no --stuck-seconds etc. given) and contrib/icinga2/vllm-services.conf's
 intervals and handler limits. Frozen values only: nothing here changes while a soak runs.
@@ -63,7 +64,7 @@ class Soak:
 def from_env(env: dict | None = None) -> Soak:
     env = os.environ if env is None else env
     try:
-        minutes = float(env.get("SOAK_MINUTES") or 8)
+        minutes = float(env.get("SOAK_MINUTES") or 7)
         seed = int(env.get("SOAK_SEED") or int(time.time()) % 100000)
     except ValueError as err:
         raise SystemExit(f"SOAK_MINUTES / SOAK_SEED: {err}") from None
