@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -38,7 +40,20 @@ def running_agent(server: str, *extra: str) -> Iterator[str]:
         yield url
     finally:
         proc.terminate()
-        assert proc.wait(10) == 0
+        try:
+            code = proc.wait(10)
+        except subprocess.TimeoutExpired:  # seen once under -n 8: what each of its threads was doing, then kill it
+            spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+            try:
+                stacks = subprocess.run([spy, "dump", "--pid", str(proc.pid)], capture_output=True, text=True,
+                                        timeout=30)
+                threads = stacks.stdout + stacks.stderr
+            except (OSError, subprocess.TimeoutExpired) as err:
+                threads = f"(py-spy: {err})"
+            proc.kill()
+            raise AssertionError(f"the agent outlived SIGTERM by 10 s; its threads:\n{threads}"
+                                 f"\nits stderr: {proc.communicate(timeout=10)[1]}") from None
+        assert code == 0
         assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
 
 
